@@ -1,0 +1,722 @@
+//===- Archive.cpp - Write and read tc fat archives -----------------------===//
+//
+// The writer hands each binary to LLVM's OffloadBinary::write so the bytes
+// are exactly what LLVM tools read. The reader does not use
+// OffloadBinary::create: that parser trusts string offsets and termination,
+// and archives come from the network. Every offset, size, count and string is
+// checked here, in the order docs/archive-format.md lists the checks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tc/Archive.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/BinaryFormat/Magic.h"
+#include "llvm/Object/OffloadBinary.h"
+#include "llvm/Support/BLAKE3.h"
+#include "llvm/Support/Compression.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <algorithm>
+#include <tuple>
+
+using namespace llvm;
+using llvm::object::OffloadBinary;
+
+namespace tc {
+
+// Sizes of the version-1 offload binary structures, fixed by the format and
+// asserted against LLVM's own definitions.
+constexpr uint64_t HeaderSize = 32;
+constexpr uint64_t EntrySize = 40;
+constexpr uint64_t StringEntrySize = 16;
+constexpr uint64_t BinaryAlign = 8;
+constexpr uint32_t OffloadVersion = 1;
+static_assert(OffloadBinary::Version == OffloadVersion,
+              "LLVM writes a different offload binary version; see "
+              "docs/archive-format.md");
+static_assert(sizeof(OffloadBinary::Header) == HeaderSize, "header layout");
+static_assert(sizeof(OffloadBinary::Entry) == EntrySize, "entry layout");
+static_assert(sizeof(OffloadBinary::StringEntry) == StringEntrySize,
+              "string entry layout");
+
+// Manifest and member keys. Keys LLVM itself defines keep LLVM's names.
+static constexpr StringLiteral KeyVersion = "tc.version";
+static constexpr StringLiteral KeyName = "tc.name";
+static constexpr StringLiteral KeyHash = "tc.hash";
+static constexpr StringLiteral KeyDeps = "tc.deps";
+static constexpr StringLiteral KeyTriple = "triple";
+static constexpr StringLiteral KeyArch = "arch";
+static constexpr StringLiteral KeyFeatures = "tc.features";
+static constexpr StringLiteral KeyRole = "tc.role";
+static constexpr StringLiteral KeySymbols = "tc.symbols";
+static constexpr StringLiteral KeyCompression = "tc.compression";
+static constexpr StringLiteral KeySize = "tc.size";
+
+StringRef imageKindName(ImageKind K) {
+  return K == ImageKind::Bitcode ? "bitcode" : "object";
+}
+
+StringRef roleName(Role R) { return R == Role::Target ? "target" : "source"; }
+
+StringRef compressionName(Compression C) {
+  return C == Compression::None ? "none" : "zstd";
+}
+
+Expected<Role> parseRole(StringRef S) {
+  if (S == "target")
+    return Role::Target;
+  if (S == "source")
+    return Role::Source;
+  return createStringError("unknown role '%s' (expected target or source)",
+                           S.str().c_str());
+}
+
+Expected<Compression> parseCompression(StringRef S) {
+  if (S == "none")
+    return Compression::None;
+  if (S == "zstd")
+    return Compression::Zstd;
+  return createStringError("unknown compression '%s' (expected none or zstd)",
+                           S.str().c_str());
+}
+
+std::string toHex(const ArchiveHash &H) {
+  return toHex(ArrayRef<uint8_t>(H.data(), H.size()), /*LowerCase=*/true);
+}
+
+//===----------------------------------------------------------------------===//
+// Content hash
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Feeds length-prefixed fields to BLAKE3 so no two field lists collide.
+class CanonicalHasher {
+  BLAKE3 Hasher;
+
+public:
+  void number(uint64_t N) {
+    uint8_t Bytes[8];
+    support::endian::write64le(Bytes, N);
+    Hasher.update(ArrayRef<uint8_t>(Bytes, 8));
+  }
+  void field(StringRef S) {
+    number(S.size());
+    Hasher.update(S);
+  }
+  void list(const std::vector<std::string> &L) {
+    number(L.size());
+    for (const std::string &S : L)
+      field(S);
+  }
+  ArchiveHash result() {
+    ArchiveHash H;
+    BLAKE3Result<32> R = Hasher.final();
+    std::copy(R.begin(), R.end(), H.begin());
+    return H;
+  }
+};
+} // namespace
+
+ArchiveHash computeHash(const Archive &A) {
+  CanonicalHasher H;
+  H.field("tc-archive-hash-v1");
+  H.field(A.Name);
+  H.list(A.Deps);
+  H.number(A.Members.size());
+  for (const Member &M : A.Members) {
+    H.field(M.Triple);
+    H.field(M.CPU);
+    H.field(M.Features);
+    H.field(imageKindName(M.Kind));
+    H.field(roleName(M.TheRole));
+    H.list(M.Symbols);
+    H.field(M.Image);
+  }
+  return H.result();
+}
+
+//===----------------------------------------------------------------------===//
+// Field validation, shared by writer and reader
+//===----------------------------------------------------------------------===//
+
+static std::string escaped(StringRef S) {
+  std::string Out;
+  raw_string_ostream OS(Out);
+  printEscapedString(S, OS);
+  return Out;
+}
+
+static bool isCIdentifier(StringRef S) {
+  if (S.empty() || isDigit(S.front()))
+    return false;
+  return llvm::all_of(S, [](char C) { return isAlnum(C) || C == '_'; });
+}
+
+/// A value joined into a newline-separated list: non-empty, no NUL/newline.
+static Error checkListItem(StringRef What, StringRef S) {
+  if (S.empty())
+    return createStringError("empty %s", What.str().c_str());
+  if (S.find_first_of(StringRef("\0\n\r", 3)) != StringRef::npos)
+    return createStringError("%s '%s' contains a NUL or newline character",
+                             What.str().c_str(), escaped(S).c_str());
+  return Error::success();
+}
+
+static Error checkPlainString(StringRef What, StringRef S) {
+  if (S.find_first_of(StringRef("\0\n\r", 3)) != StringRef::npos)
+    return createStringError("%s '%s' contains a NUL or newline character",
+                             What.str().c_str(), escaped(S).c_str());
+  return Error::success();
+}
+
+static Error checkImageMagic(const Member &M) {
+  file_magic Magic = identify_magic(M.Image);
+  bool OK = M.Kind == ImageKind::Bitcode
+                ? Magic == file_magic::bitcode
+                : (Magic == file_magic::elf_relocatable ||
+                   Magic == file_magic::macho_object ||
+                   Magic == file_magic::coff_object);
+  if (!OK)
+    return createStringError("image is not %s",
+                             M.Kind == ImageKind::Bitcode
+                                 ? "LLVM bitcode"
+                                 : "a relocatable object file");
+  return Error::success();
+}
+
+static Error checkMember(const Member &M) {
+  if (M.Triple.empty())
+    return createStringError("empty triple");
+  if (Error E = checkPlainString("triple", M.Triple))
+    return E;
+  if (Triple::normalize(M.Triple) != M.Triple)
+    return createStringError("triple '%s' is not normalized (expected '%s')",
+                             M.Triple.c_str(),
+                             Triple::normalize(M.Triple).c_str());
+  if (Triple(M.Triple).getArch() == Triple::UnknownArch)
+    return createStringError("triple '%s' has an unknown architecture",
+                             M.Triple.c_str());
+  if (Error E = checkPlainString("cpu", M.CPU))
+    return E;
+  if (Error E = checkPlainString("features", M.Features))
+    return E;
+  for (const std::string &S : M.Symbols)
+    if (Error E = checkListItem("symbol", S))
+      return E;
+  if (!std::is_sorted(M.Symbols.begin(), M.Symbols.end()) ||
+      std::adjacent_find(M.Symbols.begin(), M.Symbols.end()) !=
+          M.Symbols.end())
+    return createStringError("symbol list is not sorted and unique");
+  if (M.Image.empty())
+    return createStringError("empty image");
+  return checkImageMagic(M);
+}
+
+static std::string describeMember(const Member &M) {
+  std::string S = M.Triple;
+  if (!M.CPU.empty())
+    S += " cpu=" + M.CPU;
+  S += " " + imageKindName(M.Kind).str() + " " + roleName(M.TheRole).str();
+  return S;
+}
+
+/// Canonical member order; also the identity used to find duplicates.
+static auto memberKey(const Member &M) {
+  return std::make_tuple(M.TheRole, StringRef(M.Triple), StringRef(M.CPU),
+                         M.Kind);
+}
+
+Error validateArchive(const Archive &A) {
+  if (!isCIdentifier(A.Name))
+    return createStringError(
+        "ifunc name '%s' is not a C identifier ([A-Za-z_][A-Za-z0-9_]*)",
+        escaped(A.Name).c_str());
+  StringSet<> SeenDeps;
+  for (const std::string &D : A.Deps) {
+    if (Error E = checkListItem("dependency", D))
+      return E;
+    if (!SeenDeps.insert(D).second)
+      return createStringError("dependency '%s' is listed twice", D.c_str());
+  }
+  if (A.Members.empty())
+    return createStringError("archive has no members");
+  for (size_t I = 0; I < A.Members.size(); ++I) {
+    if (Error E = checkMember(A.Members[I]))
+      return createStringError("member %zu: %s", I,
+                               toString(std::move(E)).c_str());
+    for (size_t J = 0; J < I; ++J)
+      if (memberKey(A.Members[I]) == memberKey(A.Members[J]))
+        return createStringError("member %zu duplicates member %zu (%s)", I, J,
+                                 describeMember(A.Members[I]).c_str());
+    // One canonical order keeps the bytes and the hash of an archive
+    // independent of the order its members were added in.
+    if (I > 0 && memberKey(A.Members[I]) < memberKey(A.Members[I - 1]))
+      return createStringError("member %zu (%s) is out of canonical order "
+                               "(role, triple, cpu, kind)",
+                               I, describeMember(A.Members[I]).c_str());
+  }
+  return Error::success();
+}
+
+Expected<std::vector<std::string>> parseDepsList(StringRef Text) {
+  std::vector<std::string> Deps;
+  SmallVector<StringRef, 8> Lines;
+  Text.split(Lines, '\n');
+  for (StringRef Line : Lines) {
+    Line = Line.trim();
+    if (Line.empty() || Line.starts_with("#"))
+      continue;
+    if (Line.contains('\0'))
+      return createStringError("dependency line contains a NUL character");
+    Deps.push_back(Line.str());
+  }
+  return Deps;
+}
+
+//===----------------------------------------------------------------------===//
+// Writer
+//===----------------------------------------------------------------------===//
+
+static std::string joinLines(const std::vector<std::string> &L) {
+  return join(L.begin(), L.end(), "\n");
+}
+
+static SmallString<0> writeBinary(object::ImageKind Kind,
+                                  const MapVector<StringRef, StringRef> &Strings,
+                                  StringRef Image) {
+  OffloadBinary::OffloadingImage OI;
+  OI.TheImageKind = Kind;
+  OI.TheOffloadKind = object::OFK_None;
+  OI.Flags = 0;
+  OI.StringData = Strings;
+  OI.Image = MemoryBuffer::getMemBuffer(Image, "", false);
+  return OffloadBinary::write(OI);
+}
+
+Expected<SmallString<0>> writeArchive(Archive &A) {
+  std::sort(A.Members.begin(), A.Members.end(),
+                   [](const Member &L, const Member &R) {
+                     return memberKey(L) < memberKey(R);
+                   });
+  if (Error E = validateArchive(A))
+    return std::move(E);
+  A.Hash = computeHash(A);
+
+  SmallString<0> Out;
+  std::string Version = std::to_string(ArchiveVersion);
+  std::string HashHex = toHex(A.Hash);
+  std::string DepsText = joinLines(A.Deps);
+  MapVector<StringRef, StringRef> Manifest;
+  Manifest[KeyVersion] = Version;
+  Manifest[KeyName] = A.Name;
+  Manifest[KeyHash] = HashHex;
+  Manifest[KeyDeps] = DepsText;
+  Out += writeBinary(object::IMG_None, Manifest, "");
+
+  for (const Member &M : A.Members) {
+    std::string Symbols = joinLines(M.Symbols);
+    std::string SizeText = std::to_string(M.Image.size());
+    StringRef Stored = M.Image;
+    SmallVector<uint8_t, 0> Compressed;
+    if (M.Compress == Compression::Zstd) {
+      if (!compression::zstd::isAvailable())
+        return createStringError("zstd compression is not available in this "
+                                 "build of LLVM");
+      compression::zstd::compress(arrayRefFromStringRef(M.Image), Compressed,
+                                  compression::zstd::BestSizeCompression);
+      Stored = toStringRef(Compressed);
+    }
+    MapVector<StringRef, StringRef> Strings;
+    Strings[KeyTriple] = M.Triple;
+    if (!M.CPU.empty())
+      Strings[KeyArch] = M.CPU;
+    if (!M.Features.empty())
+      Strings[KeyFeatures] = M.Features;
+    Strings[KeyRole] = roleName(M.TheRole);
+    Strings[KeySymbols] = Symbols;
+    if (M.Compress != Compression::None) {
+      Strings[KeyCompression] = compressionName(M.Compress);
+      Strings[KeySize] = SizeText;
+    }
+    Out += writeBinary(M.Kind == ImageKind::Bitcode ? object::IMG_Bitcode
+                                                    : object::IMG_Object,
+                       Strings, Stored);
+  }
+  return std::move(Out);
+}
+
+//===----------------------------------------------------------------------===//
+// Reader
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A half-open byte range inside one binary.
+struct Region {
+  const char *What;
+  uint64_t Begin, End;
+  bool overlaps(const Region &O) const {
+    return Begin < End && O.Begin < O.End && Begin < O.End && O.Begin < End;
+  }
+};
+
+class BinaryReader {
+  StringRef Bytes; // This binary only, Header.Size bytes.
+  std::string Where;
+
+public:
+  BinaryReader(StringRef Bytes, std::string Where)
+      : Bytes(Bytes), Where(std::move(Where)) {}
+
+  Error fail(const Twine &Msg) const {
+    return createStringError(Where + ": " + Msg);
+  }
+  uint16_t u16(uint64_t Off) const {
+    return support::endian::read16le(Bytes.data() + Off);
+  }
+  uint32_t u32(uint64_t Off) const {
+    return support::endian::read32le(Bytes.data() + Off);
+  }
+  uint64_t u64(uint64_t Off) const {
+    return support::endian::read64le(Bytes.data() + Off);
+  }
+
+  /// Checks that [Off, Off + Len) lies inside the binary, without overflow.
+  Error inBounds(const char *What, uint64_t Off, uint64_t Len) const {
+    if (Off > Bytes.size() || Len > Bytes.size() - Off)
+      return fail(formatv("{0} [{1}, {1} + {2}) ends past the end of the "
+                          "binary ({3} bytes)",
+                          What, Off, Len, Bytes.size()));
+    return Error::success();
+  }
+
+  /// Reads the NUL-terminated string at Off; it must not touch any of
+  /// \p Fixed (header, entry, string table, image).
+  Expected<StringRef> string(const char *What, uint64_t Off,
+                             ArrayRef<Region> Fixed) const {
+    if (Off >= Bytes.size())
+      return fail(formatv("{0} offset {1} is past the end of the binary ({2} "
+                          "bytes)",
+                          What, Off, Bytes.size()));
+    size_t Nul = Bytes.find('\0', Off);
+    if (Nul == StringRef::npos)
+      return fail(formatv("{0} at offset {1} is not NUL-terminated before the "
+                          "end of the binary",
+                          What, Off));
+    Region R{What, Off, Nul + 1};
+    for (const Region &F : Fixed)
+      if (R.overlaps(F))
+        return fail(formatv("{0} at [{1}, {2}) overlaps the {3} [{4}, {5})",
+                            What, R.Begin, R.End, F.What, F.Begin, F.End));
+    return Bytes.slice(Off, Nul);
+  }
+
+  /// Parses the header, entry and string map; the image is left stored.
+  Error parse(BinaryLayout &L, StringRef &StoredImage) const;
+};
+} // namespace
+
+Error BinaryReader::parse(BinaryLayout &L, StringRef &StoredImage) const {
+  // The caller checked magic, version and Size; Bytes is exactly Size long.
+  L.EntryOffset = u64(8 + 8);
+  L.EntrySize = u64(8 + 16);
+  if (L.EntrySize != EntrySize)
+    return fail(formatv("entry size {0} is not {1}", L.EntrySize, EntrySize));
+  if (L.EntryOffset < HeaderSize)
+    return fail(formatv("entry offset {0} is inside the header",
+                        L.EntryOffset));
+  if (Error E = inBounds("entry", L.EntryOffset, EntrySize))
+    return E;
+  uint64_t E = L.EntryOffset;
+  L.ImageKind = u16(E);
+  L.OffloadKind = u16(E + 2);
+  L.Flags = u32(E + 4);
+  L.StringOffset = u64(E + 8);
+  L.NumStrings = u64(E + 16);
+  L.ImageOffset = u64(E + 24);
+  L.ImageSize = u64(E + 32);
+
+  // Each string needs a 16-byte table entry, so a larger count cannot fit.
+  if (L.NumStrings > Bytes.size() / StringEntrySize)
+    return fail(formatv("string count {0} cannot fit in a binary of {1} bytes",
+                        L.NumStrings, Bytes.size()));
+  if (Error Err = inBounds("string table", L.StringOffset,
+                           L.NumStrings * StringEntrySize))
+    return Err;
+  if (Error Err = inBounds("image", L.ImageOffset, L.ImageSize))
+    return Err;
+
+  Region Fixed[] = {
+      {"header", 0, HeaderSize},
+      {"entry", L.EntryOffset, L.EntryOffset + EntrySize},
+      {"string table", L.StringOffset,
+       L.StringOffset + L.NumStrings * StringEntrySize},
+      {"image", L.ImageOffset, L.ImageOffset + L.ImageSize}};
+  for (size_t I = 0; I < std::size(Fixed); ++I)
+    for (size_t J = 0; J < I; ++J)
+      if (Fixed[I].overlaps(Fixed[J]))
+        return fail(formatv("{0} [{1}, {2}) overlaps the {3} [{4}, {5})",
+                            Fixed[I].What, Fixed[I].Begin, Fixed[I].End,
+                            Fixed[J].What, Fixed[J].Begin, Fixed[J].End));
+
+  StringSet<> Keys;
+  for (uint64_t I = 0; I < L.NumStrings; ++I) {
+    uint64_t SE = L.StringOffset + I * StringEntrySize;
+    Expected<StringRef> Key = string("key", u64(SE), Fixed);
+    if (!Key)
+      return Key.takeError();
+    Expected<StringRef> Value = string("value", u64(SE + 8), Fixed);
+    if (!Value)
+      return Value.takeError();
+    if (!Keys.insert(*Key).second)
+      return fail(formatv("key '{0}' appears twice", *Key));
+    L.Strings.emplace_back(Key->str(), Value->str());
+  }
+  StoredImage = Bytes.substr(L.ImageOffset, L.ImageSize);
+  return Error::success();
+}
+
+/// Looks up the string map of a parsed binary.
+static const std::string *findKey(const BinaryLayout &L, StringRef Key) {
+  for (const auto &KV : L.Strings)
+    if (KV.first == Key)
+      return &KV.second;
+  return nullptr;
+}
+
+static std::vector<std::string> splitLines(StringRef Text) {
+  std::vector<std::string> Out;
+  if (Text.empty())
+    return Out;
+  SmallVector<StringRef, 8> Parts;
+  Text.split(Parts, '\n');
+  for (StringRef P : Parts)
+    Out.push_back(P.str());
+  return Out;
+}
+
+/// Rejects keys a version-1 reader does not know in the tc namespace, so a
+/// newer writer's meaning is never silently dropped.
+static Error checkKeys(const BinaryLayout &L, ArrayRef<StringRef> Known,
+                       const Twine &Where) {
+  for (const auto &KV : L.Strings) {
+    StringRef K = KV.first;
+    if (!K.starts_with("tc."))
+      continue;
+    if (!llvm::is_contained(Known, K))
+      return createStringError(Where + ": unknown key '" + K + "'");
+  }
+  return Error::success();
+}
+
+static Expected<const std::string *> requireKey(const BinaryLayout &L,
+                                                StringRef Key,
+                                                const Twine &Where) {
+  if (const std::string *V = findKey(L, Key))
+    return V;
+  return createStringError(Where + ": missing key '" + Key + "'");
+}
+
+static Error readManifest(Archive &A, const BinaryLayout &L,
+                          StringRef StoredImage, ArchiveHash &StoredHash) {
+  const char *Where = "manifest";
+  if (!findKey(L, KeyVersion))
+    return createStringError("not a tc archive: the first offload binary has "
+                             "no 'tc.version' key");
+  if (L.ImageKind != object::IMG_None || L.OffloadKind != object::OFK_None ||
+      L.Flags != 0 || !StoredImage.empty())
+    return createStringError(formatv(
+        "manifest: image kind {0}, offload kind {1}, flags {2}, image size {3}; "
+        "expected all 0",
+        L.ImageKind, L.OffloadKind, L.Flags, StoredImage.size()));
+  if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps}, Where))
+    return E;
+  StringRef Version = *findKey(L, KeyVersion);
+  if (Version != std::to_string(ArchiveVersion))
+    return createStringError("unsupported tc archive version '%s' (this reader "
+                             "knows %u)",
+                             escaped(Version).c_str(),
+                             ArchiveVersion);
+  auto Name = requireKey(L, KeyName, Where);
+  if (!Name)
+    return Name.takeError();
+  A.Name = **Name;
+  auto Deps = requireKey(L, KeyDeps, Where);
+  if (!Deps)
+    return Deps.takeError();
+  A.Deps = splitLines(**Deps);
+  auto Hash = requireKey(L, KeyHash, Where);
+  if (!Hash)
+    return Hash.takeError();
+  StringRef Hex = **Hash;
+  std::string Raw;
+  if (Hex.size() != 64 || !tryGetFromHex(Hex, Raw) ||
+      Hex.find_first_of("ABCDEF") != StringRef::npos)
+    return createStringError("manifest: tc.hash '%s' is not 64 lowercase hex "
+                             "digits",
+                             escaped(Hex).c_str());
+  std::copy(Raw.begin(), Raw.end(), StoredHash.begin());
+  return Error::success();
+}
+
+static Error readMember(Member &M, const BinaryLayout &L,
+                        StringRef StoredImage, const ReadOptions &Opts,
+                        const std::string &Where) {
+  if (L.ImageKind == object::IMG_Bitcode)
+    M.Kind = ImageKind::Bitcode;
+  else if (L.ImageKind == object::IMG_Object)
+    M.Kind = ImageKind::Object;
+  else
+    return createStringError(formatv(
+        "{0}: image kind {1} is neither bitcode (2) nor object (1)", Where,
+        L.ImageKind));
+  if (L.OffloadKind != object::OFK_None)
+    return createStringError(
+        formatv("{0}: offload kind {1} is not 0", Where, L.OffloadKind));
+  if (L.Flags != 0)
+    return createStringError(formatv("{0}: flags {1:x} are not 0", Where,
+                                     L.Flags));
+  if (Error E = checkKeys(L,
+                          {KeyFeatures, KeyRole, KeySymbols, KeyCompression,
+                           KeySize},
+                          Where))
+    return E;
+  auto Triple = requireKey(L, KeyTriple, Where);
+  if (!Triple)
+    return Triple.takeError();
+  M.Triple = **Triple;
+  if (const std::string *CPU = findKey(L, KeyArch))
+    M.CPU = *CPU;
+  if (const std::string *F = findKey(L, KeyFeatures))
+    M.Features = *F;
+  auto RoleText = requireKey(L, KeyRole, Where);
+  if (!RoleText)
+    return RoleText.takeError();
+  Expected<Role> R = parseRole(**RoleText);
+  if (!R)
+    return createStringError(Where + ": " + toString(R.takeError()));
+  M.TheRole = *R;
+  auto Symbols = requireKey(L, KeySymbols, Where);
+  if (!Symbols)
+    return Symbols.takeError();
+  M.Symbols = splitLines(**Symbols);
+
+  M.Compress = Compression::None;
+  if (const std::string *C = findKey(L, KeyCompression)) {
+    Expected<Compression> Comp = parseCompression(*C);
+    if (!Comp)
+      return createStringError(Where + ": " + toString(Comp.takeError()));
+    M.Compress = *Comp;
+  }
+  if (M.Compress == Compression::None) {
+    if (findKey(L, KeySize))
+      return createStringError(Where + ": tc.size without tc.compression");
+    M.Image = StoredImage.str();
+    return Error::success();
+  }
+  auto SizeText = requireKey(L, KeySize, Where);
+  if (!SizeText)
+    return SizeText.takeError();
+  uint64_t Size;
+  if (StringRef(**SizeText).getAsInteger(10, Size))
+    return createStringError(Where + ": tc.size '" + **SizeText +
+                             "' is not a decimal number");
+  if (Size > Opts.MaxImageSize)
+    return createStringError(formatv(
+        "{0}: uncompressed size {1} exceeds the limit of {2} bytes", Where,
+        Size, Opts.MaxImageSize));
+  if (!compression::zstd::isAvailable())
+    return createStringError(Where + ": zstd is not available in this build "
+                                     "of LLVM");
+  M.Image.resize(Size);
+  size_t Produced = Size;
+  if (Error E = compression::zstd::decompress(
+          arrayRefFromStringRef(StoredImage),
+          reinterpret_cast<uint8_t *>(M.Image.data()), Produced))
+    return createStringError(Where + ": cannot decompress image: " +
+                             toString(std::move(E)));
+  if (Produced != Size)
+    return createStringError(formatv(
+        "{0}: image decompressed to {1} bytes, tc.size says {2}", Where,
+        Produced, Size));
+  return Error::success();
+}
+
+Expected<Archive> readArchive(MemoryBufferRef Buffer, const ReadOptions &Opts) {
+  StringRef Data = Buffer.getBuffer();
+  if (Data.empty())
+    return createStringError("empty file: not a tc archive");
+
+  Archive A;
+  ArchiveHash StoredHash{};
+  uint64_t Offset = 0;
+  for (unsigned Index = 0; Offset < Data.size(); ++Index) {
+    std::string Where = Index == 0 ? std::string("manifest")
+                                   : formatv("member {0}", Index - 1).str();
+    StringRef Rest = Data.substr(Offset);
+    std::string At = formatv("{0} at offset {1}", Where, Offset).str();
+    if (Rest.size() < HeaderSize)
+      return createStringError(formatv("{0}: truncated header ({1} bytes left, "
+                                       "need {2})",
+                                       At, Rest.size(), HeaderSize));
+    if (!Rest.starts_with(StringRef("\x10\xFF\x10\xAD", 4)))
+      return createStringError(formatv(
+          "{0}: bad magic {1:x-2}{2:x-2}{3:x-2}{4:x-2} (expected 10ff10ad)", At,
+          uint8_t(Rest[0]), uint8_t(Rest[1]), uint8_t(Rest[2]),
+          uint8_t(Rest[3])));
+    uint32_t Version = support::endian::read32le(Rest.data() + 4);
+    if (Version != OffloadVersion)
+      return createStringError(formatv("{0}: unsupported offload binary "
+                                       "version {1} (this reader knows {2})",
+                                       At, Version, OffloadVersion));
+    uint64_t Size = support::endian::read64le(Rest.data() + 8);
+    if (Size < HeaderSize + EntrySize || Size % BinaryAlign != 0)
+      return createStringError(formatv(
+          "{0}: size {1} is not a multiple of {2} of at least {3}", At, Size,
+          BinaryAlign, HeaderSize + EntrySize));
+    if (Size > Rest.size())
+      return createStringError(formatv("{0}: size {1} runs past the end of the "
+                                       "archive ({2} bytes left)",
+                                       At, Size, Rest.size()));
+
+    BinaryLayout L;
+    L.Offset = Offset;
+    L.Size = Size;
+    L.Version = Version;
+    StringRef StoredImage;
+    if (Error E = BinaryReader(Rest.take_front(Size), At).parse(L, StoredImage))
+      return std::move(E);
+
+    if (Index == 0) {
+      if (Error E = readManifest(A, L, StoredImage, StoredHash))
+        return std::move(E);
+      A.ManifestLayout = std::move(L);
+    } else {
+      Member M;
+      if (Error E = readMember(M, L, StoredImage, Opts, Where))
+        return std::move(E);
+      M.Layout = std::move(L);
+      A.Members.push_back(std::move(M));
+    }
+    Offset += Size;
+  }
+
+  if (Error E = validateArchive(A))
+    return std::move(E);
+  A.Hash = StoredHash;
+  if (Opts.VerifyHash) {
+    ArchiveHash Actual = computeHash(A);
+    if (Actual != StoredHash)
+      return createStringError("hash mismatch: manifest says %s, contents hash "
+                               "to %s",
+                               toHex(StoredHash).c_str(),
+                               toHex(Actual).c_str());
+  }
+  return std::move(A);
+}
+
+} // namespace tc

@@ -1,0 +1,179 @@
+//===- tc/Archive.h - Fat-bitcode archives of injected functions -*- C++ -*-===//
+//
+// A tc archive carries one injected function (ifunc) to machines of several
+// kinds: one member per target triple (LLVM bitcode, or a native relocatable
+// object), members the source process itself runs (payload_bound and
+// payload_init), the shared libraries the target must load, and a content hash
+// that names the code on the wire.
+//
+// The container is a sequence of LLVM offload binaries (magic 0x10FF10AD,
+// version 1): a manifest binary followed by one binary per member, so
+// `llvm-objdump --offloading` lists tc archives. docs/archive-format.md gives
+// the byte layout and every check the reader makes.
+//
+// Archives arrive from the network: readArchive() treats its input as hostile
+// and returns an llvm::Error for any defect instead of trusting an offset,
+// count or string.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_ARCHIVE_H
+#define TC_ARCHIVE_H
+
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/MemoryBufferRef.h"
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tc {
+
+/// Version of the tc layer (the `tc.version` manifest key). A reader rejects
+/// any other value; see docs/archive-format.md for the version rule.
+constexpr unsigned ArchiveVersion = 1;
+
+/// What a member's image holds.
+enum class ImageKind : uint8_t {
+  Bitcode, ///< LLVM bitcode, JIT-compiled by the target.
+  Object,  ///< Native relocatable object, linked by the target.
+};
+
+/// Who runs a member's code.
+enum class Role : uint8_t {
+  Target, ///< Shipped to targets: NAME_main and what it reaches.
+  Source, ///< Run by the sending process: NAME_payload_bound/_init.
+};
+
+/// How a member's image is stored.
+enum class Compression : uint8_t {
+  None,
+  Zstd, ///< zstd through llvm::compression; needs an LLVM built with zstd.
+};
+
+llvm::StringRef imageKindName(ImageKind K);
+llvm::StringRef roleName(Role R);
+llvm::StringRef compressionName(Compression C);
+llvm::Expected<Role> parseRole(llvm::StringRef S);
+llvm::Expected<Compression> parseCompression(llvm::StringRef S);
+
+/// The 32-byte BLAKE3 content hash of an archive.
+using ArchiveHash = std::array<uint8_t, 32>;
+std::string toHex(const ArchiveHash &H);
+
+/// Where one offload binary of an archive sits and what its header says.
+/// Filled in by readArchive() for tools that show the raw layout.
+struct BinaryLayout {
+  uint64_t Offset = 0;      ///< Start of this binary in the archive.
+  uint64_t Size = 0;        ///< Header.Size.
+  uint32_t Version = 0;     ///< Header.Version.
+  uint64_t EntryOffset = 0; ///< Header.EntryOffset (relative to Offset).
+  uint64_t EntrySize = 0;   ///< Header.EntrySize.
+  uint16_t ImageKind = 0;   ///< Entry.TheImageKind (LLVM's numbering).
+  uint16_t OffloadKind = 0; ///< Entry.TheOffloadKind.
+  uint32_t Flags = 0;       ///< Entry.Flags.
+  uint64_t StringOffset = 0;
+  uint64_t NumStrings = 0;
+  uint64_t ImageOffset = 0;
+  uint64_t ImageSize = 0; ///< Stored (possibly compressed) size.
+  /// The string map in file order.
+  std::vector<std::pair<std::string, std::string>> Strings;
+};
+
+/// One member: a code image for one triple (and optionally one CPU).
+struct Member {
+  std::string Triple;   ///< Normalized target triple.
+  std::string CPU;      ///< Empty: generic for the triple.
+  std::string Features; ///< Comma-separated +feat/-feat; may be empty.
+  ImageKind Kind = ImageKind::Bitcode;
+  Role TheRole = Role::Target;
+  Compression Compress = Compression::None; ///< How the image is stored.
+  /// External symbols the image needs from the process or the deps, sorted.
+  std::vector<std::string> Symbols;
+  std::string Image; ///< Uncompressed image bytes.
+
+  BinaryLayout Layout; ///< Set by readArchive(); ignored by writeArchive().
+};
+
+/// A whole archive, in memory.
+struct Archive {
+  std::string Name;              ///< The ifunc name: a C identifier.
+  std::vector<std::string> Deps; ///< Shared libraries the target loads.
+  std::vector<Member> Members;
+  ArchiveHash Hash{}; ///< Set by readArchive() and writeArchive().
+
+  BinaryLayout ManifestLayout; ///< Set by readArchive().
+};
+
+/// Limits the reader enforces on untrusted input.
+struct ReadOptions {
+  bool VerifyHash = true;                   ///< Recompute and compare tc.hash.
+  uint64_t MaxImageSize = uint64_t(1) << 30; ///< Largest decompressed image.
+};
+
+/// Computes the content hash: BLAKE3 over a canonical encoding of the name,
+/// the deps and every member's triple, CPU, features, kind, role, symbols and
+/// uncompressed image, in order. Compression and layout do not change it.
+ArchiveHash computeHash(const Archive &A);
+
+/// Checks the fields a writer would put in the archive (name, deps, triples,
+/// symbols, no duplicate members). \p A is not changed.
+llvm::Error validateArchive(const Archive &A);
+
+/// Serializes \p A. Members are written in canonical order (role, triple,
+/// CPU, kind), so the output does not depend on the order they were added in.
+/// On success \p A's members are in that order and \p A.Hash is set.
+llvm::Expected<llvm::SmallString<0>> writeArchive(Archive &A);
+
+/// Parses and validates an archive from untrusted bytes. Errors name the
+/// binary and field at fault ("member 2: image [96, 9000) ends past ...").
+llvm::Expected<Archive> readArchive(llvm::MemoryBufferRef Buffer,
+                                    const ReadOptions &Opts = ReadOptions());
+
+/// Parses a deps list: one library per line; blank lines and lines starting
+/// with '#' are skipped; a last line without a newline still counts.
+llvm::Expected<std::vector<std::string>> parseDepsList(llvm::StringRef Text);
+
+/// Picks the member a process with \p HostTriple and \p HostCPU should run.
+/// Triples match after llvm::Triple normalization with the vendor ignored
+/// (x86_64-pc-linux-gnu runs x86_64-unknown-linux-gnu code); a member built
+/// for \p HostCPU is preferred to a generic one; members for another CPU are
+/// never picked. The error lists what the archive has.
+llvm::Expected<const Member *> selectMember(const Archive &A,
+                                            llvm::StringRef HostTriple,
+                                            llvm::StringRef HostCPU = "",
+                                            Role R = Role::Target);
+
+/// True when code built for \p MemberTriple may run on \p HostTriple.
+bool triplesCompatible(llvm::StringRef MemberTriple,
+                       llvm::StringRef HostTriple);
+
+/// What an input file for an archive turned out to be.
+struct InputImage {
+  ImageKind Kind = ImageKind::Bitcode;
+  std::string Triple;               ///< Read from the input itself.
+  std::string Image;                ///< Bitcode or object bytes.
+  std::vector<std::string> Symbols; ///< Undefined external symbols, sorted.
+};
+
+/// Reads an input for `tc-ar create`: LLVM bitcode, LLVM assembly (.ll,
+/// assembled to bitcode) or a relocatable object. The triple comes from the
+/// input; one without a triple is an error.
+llvm::Expected<InputImage> loadInputImage(llvm::MemoryBufferRef Buffer);
+
+/// Lists the undefined external symbols of a bitcode or object image.
+llvm::Expected<std::vector<std::string>>
+externalSymbols(ImageKind Kind, llvm::StringRef Image);
+
+/// Deeper checks than readArchive() makes, for `tc-ar verify`: each image
+/// parses, its own triple is the member's triple, and its external symbols
+/// are the member's symbol list.
+llvm::Error verifyImages(const Archive &A);
+
+} // namespace tc
+
+#endif // TC_ARCHIVE_H

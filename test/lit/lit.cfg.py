@@ -1,0 +1,35 @@
+# -*- Python -*-
+# lit configuration for tc. Paths come from lit.site.cfg.py; this file only
+# says which files are tests and which tools they may call.
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "tc"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".test", ".ll", ".c"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.tc_obj_root, "test", "lit")
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+# Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
+tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
+tools = ["tc-ar", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
+         "clang", "split-file"]
+if config.tc_enable_fuzzers:
+    tools.append("tc-archive-fuzzer")
+    config.available_features.add("fuzzer")
+llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+config.substitutions.append(("%hex2bin", '"%s" "%s"' % (
+    config.python_executable,
+    os.path.join(config.test_source_root, "Inputs", "hex2bin.py"))))
+config.substitutions.append(("%python", '"%s"' % config.python_executable))
+config.substitutions.append(("%tc_src", config.tc_src_root))
+
+if config.tc_sanitize:
+    config.available_features.add("sanitizer")

@@ -1,0 +1,288 @@
+//===- ArchiveTest.cpp - Archive writer/reader round trips and defects ----===//
+
+#include "TestArchives.h"
+
+#include "llvm/Support/Compression.h"
+#include "llvm/Support/Endian.h"
+
+#include "gtest/gtest.h"
+
+#include <random>
+
+using namespace tc;
+using namespace tc::test;
+
+namespace {
+
+std::string randomString(std::mt19937_64 &Rng, size_t MaxLen,
+                         const std::string &Alphabet) {
+  std::uniform_int_distribution<size_t> Len(1, MaxLen);
+  std::uniform_int_distribution<size_t> Pick(0, Alphabet.size() - 1);
+  std::string S;
+  for (size_t I = 0, N = Len(Rng); I < N; ++I)
+    S += Alphabet[Pick(Rng)];
+  return S;
+}
+
+const char *const Triples[] = {
+    "x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu",
+    "riscv64-unknown-linux-gnu", "powerpc64le-unknown-linux-gnu",
+    "x86_64-pc-linux-gnu"};
+
+Archive randomArchive(std::mt19937_64 &Rng) {
+  const std::string Ident =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789";
+  Archive A;
+  A.Name = "f" + randomString(Rng, 300, Ident);
+  std::uniform_int_distribution<int> Small(0, 4);
+  for (int I = 0, N = Small(Rng); I < N; ++I)
+    A.Deps.push_back("lib" + std::to_string(I) +
+                     randomString(Rng, 40, Ident + "./-+") + ".so");
+  int NumMembers = 1 + Small(Rng);
+  for (int I = 0; I < NumMembers; ++I) {
+    Member M = makeMember(Triples[I], I % 2 ? "" : "cpu" + std::to_string(I),
+                          Small(Rng) % 2 ? ImageKind::Bitcode
+                                         : ImageKind::Object,
+                          Small(Rng) == 0 ? Role::Source : Role::Target);
+    M.Image += randomString(Rng, 3000, Ident + std::string("\0\xff\n", 3));
+    if (Small(Rng) == 0)
+      M.Features = "+" + randomString(Rng, 20, Ident);
+    for (int S = 0, NS = Small(Rng); S < NS; ++S)
+      M.Symbols.push_back(randomString(Rng, 30, Ident + "$.@"));
+    std::sort(M.Symbols.begin(), M.Symbols.end());
+    M.Symbols.erase(std::unique(M.Symbols.begin(), M.Symbols.end()),
+                    M.Symbols.end());
+    if (llvm::compression::zstd::isAvailable() && Small(Rng) < 2)
+      M.Compress = Compression::Zstd;
+    A.Members.push_back(std::move(M));
+  }
+  return A;
+}
+
+void expectSameContents(const Archive &X, const Archive &Y) {
+  EXPECT_EQ(X.Name, Y.Name);
+  EXPECT_EQ(X.Deps, Y.Deps);
+  EXPECT_EQ(X.Hash, Y.Hash);
+  ASSERT_EQ(X.Members.size(), Y.Members.size());
+  for (size_t I = 0; I < X.Members.size(); ++I) {
+    const Member &A = X.Members[I], &B = Y.Members[I];
+    EXPECT_EQ(A.Triple, B.Triple);
+    EXPECT_EQ(A.CPU, B.CPU);
+    EXPECT_EQ(A.Features, B.Features);
+    EXPECT_EQ(A.Kind, B.Kind);
+    EXPECT_EQ(A.TheRole, B.TheRole);
+    EXPECT_EQ(A.Compress, B.Compress);
+    EXPECT_EQ(A.Symbols, B.Symbols);
+    EXPECT_EQ(A.Image, B.Image);
+  }
+}
+
+llvm::Expected<Archive> read(llvm::StringRef Bytes, bool VerifyHash = true) {
+  ReadOptions O;
+  O.VerifyHash = VerifyHash;
+  return readArchive(llvm::MemoryBufferRef(Bytes, "test"), O);
+}
+
+std::string errorOf(llvm::Expected<Archive> A) {
+  if (A)
+    return "<no error>";
+  return llvm::toString(A.takeError());
+}
+
+TEST(ArchiveRoundTrip, RandomizedWriteReadPreservesEverything) {
+  std::mt19937_64 Rng(20261123);
+  for (int Iter = 0; Iter < 300; ++Iter) {
+    Archive A = randomArchive(Rng);
+    llvm::Expected<llvm::SmallString<0>> Bytes = writeArchive(A);
+    ASSERT_TRUE(!!Bytes) << llvm::toString(Bytes.takeError());
+    EXPECT_EQ(Bytes->size() % 8, 0u);
+    llvm::Expected<Archive> B = read(*Bytes);
+    ASSERT_TRUE(!!B) << llvm::toString(B.takeError());
+    expectSameContents(A, *B);
+    // Writing what was read gives the same bytes back.
+    llvm::Expected<llvm::SmallString<0>> Again = writeArchive(*B);
+    ASSERT_TRUE(!!Again);
+    EXPECT_EQ(Bytes->str(), Again->str());
+  }
+}
+
+TEST(ArchiveRoundTrip, MemberOrderDoesNotChangeBytesOrHash) {
+  Archive A;
+  A.Name = "order";
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], ""),
+               makeMember(Triples[0], "", ImageKind::Bitcode, Role::Source)};
+  Archive B = A;
+  std::reverse(B.Members.begin(), B.Members.end());
+  auto BA = writeArchive(A), BB = writeArchive(B);
+  ASSERT_TRUE(BA && BB);
+  EXPECT_EQ(BA->str(), BB->str());
+  EXPECT_EQ(A.Hash, B.Hash);
+  EXPECT_EQ(A.Members[0].TheRole, Role::Target); // targets sort first
+}
+
+TEST(ArchiveHash, GoldenValuePinsTheDefinition) {
+  // If this changes, the hash definition changed: every deployed cache key
+  // changes with it. Update docs/archive-format.md and the version rule.
+  Archive A;
+  A.Name = "tsi";
+  A.Deps = {"libm.so.6"};
+  A.Members = {makeMember("x86_64-unknown-linux-gnu", "")};
+  A.Members[0].Symbols = {"printf"};
+  EXPECT_EQ(toHex(computeHash(A)),
+            "ad7189ac59b0ea7ebbc8df42561b480dbf6a80554d94003c6027a09e78152b38");
+}
+
+TEST(ArchiveHash, EveryFieldChangesTheHashButCompressionDoesNot) {
+  Archive Base;
+  Base.Name = "h";
+  Base.Deps = {"liba.so"};
+  Base.Members = {makeMember(Triples[0], "")};
+  ArchiveHash H0 = computeHash(Base);
+  auto Differs = [&](auto Mutate) {
+    Archive C = Base;
+    Mutate(C);
+    return computeHash(C) != H0;
+  };
+  EXPECT_TRUE(Differs([](Archive &C) { C.Name = "g"; }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Deps.push_back("libb.so"); }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Deps.clear(); }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Members[0].Triple = Triples[1]; }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Members[0].CPU = "skylake"; }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Members[0].Features = "+avx2"; }));
+  EXPECT_TRUE(
+      Differs([](Archive &C) { C.Members[0].Kind = ImageKind::Object; }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Members[0].TheRole = Role::Source; }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Members[0].Symbols = {"x"}; }));
+  EXPECT_TRUE(Differs([](Archive &C) { C.Members[0].Image += "!"; }));
+  // Field boundaries are length-prefixed: moving a byte between fields counts.
+  EXPECT_TRUE(Differs([](Archive &C) {
+    C.Name = "hl";
+    C.Deps = {"iba.so"};
+  }));
+  EXPECT_FALSE(Differs(
+      [](Archive &C) { C.Members[0].Compress = Compression::Zstd; }));
+}
+
+TEST(ArchiveReader, EveryTruncationIsAnErrorNotACrash) {
+  std::mt19937_64 Rng(7);
+  Archive A = randomArchive(Rng);
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  for (size_t Len = 0; Len < Bytes->size(); ++Len) {
+    std::string Cut = Bytes->str().substr(0, Len).str();
+    llvm::Expected<Archive> R = read(Cut);
+    EXPECT_FALSE(!!R) << "prefix of " << Len << " bytes was accepted";
+    if (!R)
+      llvm::consumeError(R.takeError());
+  }
+}
+
+TEST(ArchiveReader, ByteFlipsAreRejectedOrHarmless) {
+  std::mt19937_64 Rng(11);
+  Archive A;
+  A.Name = "flip";
+  A.Deps = {"libm.so.6"};
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], "a64fx")};
+  A.Members[0].Symbols = {"printf", "sqrt"};
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  for (size_t I = 0; I < Bytes->size(); ++I) {
+    std::string Mut = Bytes->str().str();
+    Mut[I] = char(Mut[I] ^ (1 + Rng() % 255));
+    llvm::Expected<Archive> R = read(Mut);
+    if (!R) {
+      llvm::consumeError(R.takeError());
+      continue;
+    }
+    // Only alignment padding may change without the reader noticing.
+    expectSameContents(A, *R);
+  }
+}
+
+TEST(ArchiveReader, SpecificDefectsGiveSpecificMessages) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[0], "")};
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  std::string Good = Bytes->str().str();
+
+  EXPECT_EQ(errorOf(read("")), "empty file: not a tc archive");
+  std::string BadMagic = Good;
+  BadMagic[0] = 0x7f;
+  EXPECT_NE(errorOf(read(BadMagic)).find("bad magic 7fff10ad"),
+            std::string::npos);
+  std::string BadVersion = Good;
+  llvm::support::endian::write32le(&BadVersion[4], 2);
+  EXPECT_NE(errorOf(read(BadVersion)).find("unsupported offload binary "
+                                           "version 2"),
+            std::string::npos);
+  // A huge string count must be refused before anything is allocated.
+  std::string Absurd = Good;
+  llvm::support::endian::write64le(&Absurd[32 + 16], ~uint64_t(0) / 2);
+  EXPECT_NE(errorOf(read(Absurd)).find("string count"), std::string::npos);
+  // An offset that wraps around 2^64 must not pass the bounds check.
+  std::string Wrap = Good;
+  llvm::support::endian::write64le(&Wrap[32 + 24], ~uint64_t(0) - 3);
+  llvm::support::endian::write64le(&Wrap[32 + 32], 8);
+  EXPECT_NE(errorOf(read(Wrap)).find("ends past the end"), std::string::npos);
+}
+
+TEST(ArchiveReader, DecompressionBombIsRefused) {
+  if (!llvm::compression::zstd::isAvailable())
+    GTEST_SKIP() << "LLVM without zstd";
+  Archive A;
+  A.Name = "bomb";
+  A.Members = {makeMember(Triples[0], "")};
+  A.Members[0].Image += std::string(1 << 20, 'x');
+  A.Members[0].Compress = Compression::Zstd;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  EXPECT_LT(Bytes->size(), 4096u);
+  ReadOptions O;
+  O.MaxImageSize = 4096;
+  llvm::Expected<Archive> R = readArchive(llvm::MemoryBufferRef(*Bytes, "b"), O);
+  std::string E = errorOf(std::move(R));
+  EXPECT_NE(E.find("exceeds the limit of 4096 bytes"), std::string::npos) << E;
+}
+
+TEST(ArchiveValidate, NamesDepsAndMembers) {
+  Archive A;
+  A.Members = {makeMember(Triples[0], "")};
+  A.Name = std::string(10000, 'n'); // any length
+  EXPECT_FALSE(!!validateArchive(A).operator bool());
+  A.Name = "9lives";
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("not a C identifier"),
+            std::string::npos);
+  A.Name = "ok";
+  A.Deps = {"libm.so", "libm.so"};
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("listed twice"),
+            std::string::npos);
+  A.Deps = {};
+  A.Members.push_back(makeMember(Triples[0], ""));
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("duplicates member 0"),
+            std::string::npos);
+  A.Members = {makeMember("x86_64-linux-gnu", "")};
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("not normalized"),
+            std::string::npos);
+  A.Members = {makeMember(Triples[0], "")};
+  A.Members[0].Image = "not bitcode";
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("image is not LLVM "
+                                                    "bitcode"),
+            std::string::npos);
+  A.Members.clear();
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("no members"),
+            std::string::npos);
+}
+
+TEST(DepsList, LinesCommentsAndAFinalLineWithoutNewline) {
+  auto D = parseDepsList("libm.so.6\n# comment\n\n  libz.so.1  \r\nlibc.so.6");
+  ASSERT_TRUE(!!D);
+  EXPECT_EQ(*D, (std::vector<std::string>{"libm.so.6", "libz.so.1",
+                                          "libc.so.6"}));
+  auto E = parseDepsList("");
+  ASSERT_TRUE(!!E);
+  EXPECT_TRUE(E->empty());
+}
+
+} // namespace

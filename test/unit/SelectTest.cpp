@@ -1,0 +1,92 @@
+//===- SelectTest.cpp - Member selection by normalized triple and CPU -----===//
+
+#include "TestArchives.h"
+
+#include "gtest/gtest.h"
+
+using namespace tc;
+using namespace tc::test;
+
+namespace {
+
+Archive twoTriples() {
+  Archive A;
+  A.Name = "sel";
+  A.Members = {makeMember("x86_64-unknown-linux-gnu", ""),
+               makeMember("aarch64-unknown-linux-gnu", "")};
+  return A;
+}
+
+const Member *pick(const Archive &A, llvm::StringRef T, llvm::StringRef CPU = "",
+                   Role R = Role::Target) {
+  llvm::Expected<const Member *> M = selectMember(A, T, CPU, R);
+  if (!M) {
+    llvm::consumeError(M.takeError());
+    return nullptr;
+  }
+  return *M;
+}
+
+TEST(TriplesCompatible, VendorIsIgnoredArchAndOSAreNot) {
+  EXPECT_TRUE(triplesCompatible("x86_64-unknown-linux-gnu",
+                                "x86_64-pc-linux-gnu"));
+  EXPECT_TRUE(triplesCompatible("x86_64-unknown-linux-gnu", "x86_64-linux-gnu"));
+  EXPECT_TRUE(triplesCompatible("aarch64-unknown-linux-gnu",
+                                "arm64-unknown-linux-gnu"));
+  EXPECT_FALSE(triplesCompatible("x86_64-unknown-linux-gnu",
+                                 "aarch64-unknown-linux-gnu"));
+  EXPECT_FALSE(triplesCompatible("x86_64-unknown-linux-gnu",
+                                 "x86_64-apple-darwin"));
+  EXPECT_FALSE(triplesCompatible("x86_64-unknown-linux-gnu",
+                                 "x86_64-unknown-linux-musl"));
+  // A member that names no OS assumes none.
+  EXPECT_TRUE(triplesCompatible("x86_64-unknown-unknown",
+                                "x86_64-pc-linux-gnu"));
+}
+
+TEST(SelectMember, PicksByNormalizedTriple) {
+  Archive A = twoTriples();
+  const Member *M = pick(A, "x86_64-pc-linux-gnu");
+  ASSERT_NE(M, nullptr);
+  EXPECT_EQ(M->Triple, "x86_64-unknown-linux-gnu");
+  M = pick(A, "aarch64-linux-gnu");
+  ASSERT_NE(M, nullptr);
+  EXPECT_EQ(M->Triple, "aarch64-unknown-linux-gnu");
+}
+
+TEST(SelectMember, PrefersHostCPUThenGenericNeverAnotherCPU) {
+  Archive A = twoTriples();
+  A.Members.push_back(makeMember("x86_64-unknown-linux-gnu", "znver3"));
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "znver3")->CPU, "znver3");
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "skylake")->CPU, "");
+  A.Members.erase(A.Members.begin()); // drop the generic x86_64 member
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "skylake"), nullptr);
+}
+
+TEST(SelectMember, PrefersBitcodeToObjectAndHonoursRole) {
+  Archive A;
+  A.Name = "k";
+  A.Members = {makeMember("x86_64-unknown-linux-gnu", "", ImageKind::Object),
+               makeMember("x86_64-unknown-linux-gnu", "", ImageKind::Bitcode),
+               makeMember("x86_64-unknown-linux-gnu", "", ImageKind::Bitcode,
+                          Role::Source)};
+  const Member *T = pick(A, "x86_64-unknown-linux-gnu");
+  ASSERT_NE(T, nullptr);
+  EXPECT_EQ(T->Kind, ImageKind::Bitcode);
+  EXPECT_EQ(T->TheRole, Role::Target);
+  const Member *S = pick(A, "x86_64-unknown-linux-gnu", "", Role::Source);
+  ASSERT_NE(S, nullptr);
+  EXPECT_EQ(S->TheRole, Role::Source);
+}
+
+TEST(SelectMember, ErrorListsWhatTheArchiveHas) {
+  Archive A = twoTriples();
+  llvm::Expected<const Member *> M =
+      selectMember(A, "riscv64-unknown-linux-gnu");
+  ASSERT_FALSE(!!M);
+  EXPECT_EQ(llvm::toString(M.takeError()),
+            "no member for riscv64-unknown-linux-gnu (have: "
+            "x86_64-unknown-linux-gnu, aarch64-unknown-linux-gnu)");
+}
+
+} // namespace
