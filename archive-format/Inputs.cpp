@@ -176,7 +176,11 @@ Error verifyImages(const Archive &A) {
     Expected<std::string> T = imageTriple(M);
     if (!T)
       return Fail("image does not parse: " + toString(T.takeError()));
-    if (Triple::normalize(*T) != M.Triple)
+    // An object's header may name less than its member (ELF has no OS).
+    bool Matches = M.Kind == ImageKind::Bitcode
+                       ? Triple::normalize(*T) == M.Triple
+                       : triplesCompatible(*T, M.Triple);
+    if (!Matches)
       return Fail("image is for '" + *T + "'");
     Expected<std::vector<std::string>> Syms = externalSymbols(M.Kind, M.Image);
     if (!Syms)

@@ -18,6 +18,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
 
 #include <optional>
 
@@ -29,10 +30,12 @@ USAGE: tc-ar <command> [options] <args>
 
 COMMANDS:
   create OUT --name NAME [--deps FILE] [--compress=none|zstd]
-         [--role=target|source] [--cpu=CPU] [--features=F] INPUT...
+         [--role=target|source] [--cpu=CPU] [--features=F] [--target=T]
+         INPUT...
       Pack bitcode (.bc), LLVM assembly (.ll) or relocatable objects (.o)
-      into OUT. Each input's triple is read from the input. --role, --cpu
-      and --features apply to the inputs that follow them.
+      into OUT. Each input's triple is read from the input; --target may
+      complete it (an ELF object names no OS) but not contradict it.
+      --role, --cpu, --features and --target apply to the inputs after them.
   list A
       One line per member: triple, cpu, kind, role, size.
   extract A [--target=TRIPLE] [--cpu=CPU] [--role=R] [-o OUT]
@@ -73,6 +76,8 @@ public:
   /// Consumes `--opt=V` or `--opt V` (also `-o V`) and returns V, or returns
   /// std::nullopt and consumes nothing if the next argument is not \p Opt.
   std::optional<StringRef> option(StringRef Opt) {
+    if (done())
+      return std::nullopt;
     StringRef A = peek();
     if (!A.consume_front(Opt))
       return std::nullopt;
@@ -145,7 +150,7 @@ int cmdCreate(Args &A) {
   std::optional<std::string> DepsFile;
   tc::Compression Compress = tc::Compression::None;
   tc::Role CurRole = tc::Role::Target;
-  std::string CurCPU, CurFeatures;
+  std::string CurCPU, CurFeatures, CurTarget;
   std::vector<std::string> Inputs;
   bool HaveName = false;
 
@@ -159,6 +164,12 @@ int cmdCreate(Args &A) {
       Expected<tc::InputImage> In = tc::loadInputImage(**B);
       if (!In)
         return report(fileError(Path, In.takeError()));
+      if (!CurTarget.empty()) {
+        if (!tc::triplesCompatible(In->Triple, CurTarget))
+          return report({Path, "input is for " + In->Triple + ", not " +
+                                   CurTarget});
+        In->Triple = CurTarget;
+      }
       tc::Member M;
       M.Triple = In->Triple;
       M.Kind = In->Kind;
@@ -192,6 +203,8 @@ int cmdCreate(Args &A) {
       CurCPU = V->str();
     } else if ((V = A.option("--features"))) {
       CurFeatures = V->str();
+    } else if ((V = A.option("--target"))) {
+      CurTarget = llvm::Triple::normalize(*V);
     } else if (!A.Failure.empty()) {
       return report({"", A.Failure});
     } else {
