@@ -18,7 +18,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
 tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
-tools = ["tc-ar", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
+tools = ["tc-ar", "tc-cc", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
     tools.append("tc-archive-fuzzer")
@@ -28,6 +28,8 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 config.substitutions.append(("%hex2bin", '"%s" "%s"' % (
     config.python_executable,
     os.path.join(config.test_source_root, "Inputs", "hex2bin.py"))))
+config.substitutions.append(("%tc_passes_plugin", os.path.join(
+    config.tc_obj_root, "lib", "TCPasses.so")))
 config.substitutions.append(("%python", '"%s"' % config.python_executable))
 config.substitutions.append(("%tc_src", config.tc_src_root))
 
