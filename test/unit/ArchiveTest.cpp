@@ -262,6 +262,9 @@ TEST(ArchiveValidate, NamesDepsAndMembers) {
   A.Members.push_back(makeMember(Triples[0], ""));
   EXPECT_NE(llvm::toString(validateArchive(A)).find("duplicates member 0"),
             std::string::npos);
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], "")};
+  EXPECT_NE(llvm::toString(validateArchive(A)).find("out of canonical order"),
+            std::string::npos);
   A.Members = {makeMember("x86_64-linux-gnu", "")};
   EXPECT_NE(llvm::toString(validateArchive(A)).find("not normalized"),
             std::string::npos);

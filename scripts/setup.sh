@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what tc needs to build, test and run on Debian 12, as root.
+# Idempotent: installs only what is missing, and runs apt-get update only then.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build pkg-config g++ git python3 file
+  # LLVM / Clang 22 (tools for lit/FileCheck, runtimes for sanitizers+fuzzers)
+  llvm-22 llvm-22-dev llvm-22-tools clang-22 libclang-22-dev libclang-cpp22-dev
+  libclang-rt-22-dev libzstd-dev zlib1g-dev
+  # UCX 1.13 and its perftest (the benchmarks' reference)
+  libucx-dev ucx-utils
+  # tests
+  libgtest-dev
+  # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
+  libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: error: missing packages (${missing[*]}); run as root" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#PACKAGES[@]} packages present"
+fi

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds tc and runs every test: first the normal build (build/), then the
+# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), each
+# through ctest (lit suite + every GoogleTest case). Installs missing
+# packages first. Exit status is non-zero if anything fails.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/setup.sh
+
+run_suite() {
+  local dir=$1
+  shift
+  echo "== building $dir"
+  bash scripts/build.sh "$dir" "$@"
+  echo "== testing $dir"
+  (cd "$dir" && ctest --output-on-failure --timeout 1200 -j2)
+}
+
+run_suite build
+# LeakSanitizer is off: libLLVM keeps process-lifetime allocations.
+ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  run_suite build-asan -DTC_SANITIZE=ON
