@@ -33,5 +33,9 @@ config.substitutions.append(("%tc_passes_plugin", os.path.join(
 config.substitutions.append(("%python", '"%s"' % config.python_executable))
 config.substitutions.append(("%tc_src", config.tc_src_root))
 
+config.substitutions.append(("%tc_obj", config.tc_obj_root))
+if os.path.exists(os.path.join(config.tc_tools_dir, "tc-cc")):
+    config.available_features.add("tc-cc")
+
 if config.tc_sanitize:
     config.available_features.add("sanitizer")

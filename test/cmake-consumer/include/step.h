@@ -1,0 +1,1 @@
+#define STEP 1
