@@ -31,12 +31,14 @@ bool triplesCompatible(StringRef MemberTriple, StringRef HostTriple) {
 }
 
 Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
-                                      StringRef HostCPU, Role R) {
+                                      StringRef HostCPU, Role R,
+                                      std::optional<ImageKind> Kind) {
   std::string Host = Triple::normalize(HostTriple);
   const Member *Best = nullptr;
   int BestRank = 0;
   for (const Member &M : A.Members) {
-    if (M.TheRole != R || !triplesCompatible(M.Triple, Host))
+    if (M.TheRole != R || (Kind && M.Kind != *Kind) ||
+        !triplesCompatible(M.Triple, Host))
       continue;
     // Lower is better: CPU match before generic, exact triple before a
     // vendor variant, bitcode (tuned at JIT time) before an object.
@@ -74,6 +76,8 @@ Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
     Want += " cpu=" + HostCPU.str();
   if (R != Role::Target)
     Want += " (" + roleName(R).str() + ")";
+  if (Kind)
+    Want += " of kind " + imageKindName(*Kind).str();
   return createStringError(
       formatv("no member for {0} (have: {1})", Want, Have).str());
 }

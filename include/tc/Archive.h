@@ -27,6 +27,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,11 +143,13 @@ llvm::Expected<std::vector<std::string>> parseDepsList(llvm::StringRef Text);
 /// Triples match after llvm::Triple normalization with the vendor ignored
 /// (x86_64-pc-linux-gnu runs x86_64-unknown-linux-gnu code); a member built
 /// for \p HostCPU is preferred to a generic one; members for another CPU are
-/// never picked. The error lists what the archive has.
-llvm::Expected<const Member *> selectMember(const Archive &A,
-                                            llvm::StringRef HostTriple,
-                                            llvm::StringRef HostCPU = "",
-                                            Role R = Role::Target);
+/// never picked. With \p Kind set, only members of that kind qualify;
+/// otherwise bitcode is preferred to an object. The error lists what the
+/// archive has.
+llvm::Expected<const Member *>
+selectMember(const Archive &A, llvm::StringRef HostTriple,
+             llvm::StringRef HostCPU = "", Role R = Role::Target,
+             std::optional<ImageKind> Kind = std::nullopt);
 
 /// True when code built for \p MemberTriple may run on \p HostTriple.
 bool triplesCompatible(llvm::StringRef MemberTriple,

@@ -79,6 +79,24 @@ TEST(SelectMember, PrefersBitcodeToObjectAndHonoursRole) {
   EXPECT_EQ(S->TheRole, Role::Source);
 }
 
+TEST(SelectMember, KindFilterPicksOnlyThatKind) {
+  Archive A;
+  A.Name = "k";
+  A.Members = {makeMember("x86_64-unknown-linux-gnu", "", ImageKind::Bitcode),
+               makeMember("x86_64-unknown-unknown", "", ImageKind::Object)};
+  llvm::Expected<const Member *> O = selectMember(
+      A, "x86_64-pc-linux-gnu", "", Role::Target, ImageKind::Object);
+  ASSERT_TRUE(!!O);
+  EXPECT_EQ((*O)->Kind, ImageKind::Object);
+  A.Members.pop_back();
+  llvm::Expected<const Member *> None = selectMember(
+      A, "x86_64-pc-linux-gnu", "", Role::Target, ImageKind::Object);
+  ASSERT_FALSE(!!None);
+  EXPECT_EQ(llvm::toString(None.takeError()),
+            "no member for x86_64-pc-linux-gnu of kind object (have: "
+            "x86_64-unknown-linux-gnu)");
+}
+
 TEST(SelectMember, ErrorListsWhatTheArchiveHas) {
   Archive A = twoTriples();
   llvm::Expected<const Member *> M =

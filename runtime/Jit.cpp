@@ -1,0 +1,246 @@
+//===- Jit.cpp - Load ifunc code into this process with LLVM ORC ----------===//
+//
+// One LLJIT per engine; one bare JITDylib per code identity whose link order
+// is: the identity's own code, then its deps, then this process. Functions
+// lose their "target-cpu"/"target-features"/"tune-cpu" attributes before
+// codegen so the host CPU chosen by the target machine applies: a generic
+// member gets this machine's full instruction set.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Jit.h"
+
+#include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
+#include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/DynamicLibrary.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/TargetParser/Host.h"
+
+#include <chrono>
+
+using namespace llvm;
+using namespace llvm::orc;
+
+namespace tc {
+
+static std::once_flag InitTargets;
+
+Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
+  std::call_once(InitTargets, [] {
+    InitializeNativeTarget();
+    InitializeNativeTargetAsmPrinter();
+    InitializeNativeTargetAsmParser();
+  });
+  std::unique_ptr<JitEngine> E(new JitEngine());
+  E->Opts = Opts;
+  Expected<JITTargetMachineBuilder> JTMB = JITTargetMachineBuilder::detectHost();
+  if (!JTMB)
+    return JTMB.takeError();
+  if (!Opts.Triple.empty())
+    JTMB->getTargetTriple() = llvm::Triple(Opts.Triple);
+  if (!Opts.CPU.empty())
+    JTMB->setCPU(Opts.CPU);
+  JTMB->setCodeGenOptLevel(CodeGenOptLevel::Default);
+  E->Triple = JTMB->getTargetTriple().str();
+  E->CPU = JTMB->getCPU();
+  Expected<std::unique_ptr<LLJIT>> J =
+      LLJITBuilder().setJITTargetMachineBuilder(std::move(*JTMB)).create();
+  if (!J)
+    return J.takeError();
+  E->J = std::move(*J);
+  return std::move(E);
+}
+
+JitEngine::~JitEngine() {
+  std::vector<JITDylibSP> JDs;
+  for (auto &KV : Loaded)
+    JDs.push_back(KV.second.JD);
+  if (J && !JDs.empty())
+    consumeError(J->getExecutionSession().removeJITDylibs(std::move(JDs)));
+}
+
+size_t JitEngine::size() const {
+  std::lock_guard<std::mutex> L(Mutex);
+  return Loaded.size();
+}
+
+const LoadedIfunc *JitEngine::find(const ArchiveHash &Hash) const {
+  std::lock_guard<std::mutex> L(Mutex);
+  auto It = Loaded.find(Hash);
+  return It == Loaded.end() ? nullptr : &It->second.Info;
+}
+
+/// Resolves a dep name to what dlopen should load, enforcing the allowed
+/// directories: a bare soname is searched in each, a path must lie in one.
+static Expected<std::string> resolveDep(StringRef Dep,
+                                        ArrayRef<std::string> Dirs) {
+  if (Dirs.empty())
+    return Dep.str();
+  if (Dep.contains('/')) {
+    SmallString<256> Real;
+    if (std::error_code EC = sys::fs::real_path(Dep, Real))
+      return createStringError(EC, "dependency '%s': %s", Dep.str().c_str(),
+                               EC.message().c_str());
+    for (const std::string &D : Dirs) {
+      SmallString<256> RealDir;
+      if (!sys::fs::real_path(D, RealDir) &&
+          sys::path::parent_path(Real) == RealDir)
+        return std::string(Real);
+    }
+    return createStringError("dependency '%s' is outside the allowed "
+                             "directories",
+                             Dep.str().c_str());
+  }
+  for (const std::string &D : Dirs) {
+    SmallString<256> P(D);
+    sys::path::append(P, Dep);
+    if (sys::fs::exists(P))
+      return std::string(P);
+  }
+  return createStringError("dependency '%s' is not in any allowed directory",
+                           Dep.str().c_str());
+}
+
+Error JitEngine::addDeps(const Archive &A, JITDylib &JD) {
+  char Prefix = J->getDataLayout().getGlobalPrefix();
+  for (const std::string &Dep : A.Deps) {
+    Expected<std::string> Path = resolveDep(Dep, Opts.DepDirs);
+    if (!Path)
+      return Path.takeError();
+    auto G = DynamicLibrarySearchGenerator::Load(Path->c_str(), Prefix);
+    if (!G)
+      return createStringError("ifunc '%s': cannot load dependency '%s': %s",
+                               A.Name.c_str(), Dep.c_str(),
+                               toString(G.takeError()).c_str());
+    JD.addGenerator(std::move(*G));
+  }
+  auto Process = DynamicLibrarySearchGenerator::GetForCurrentProcess(Prefix);
+  if (!Process)
+    return Process.takeError();
+  JD.addGenerator(std::move(*Process));
+  return Error::success();
+}
+
+Error checkSymbolsResolve(ArrayRef<std::string> Symbols,
+                          ArrayRef<std::string> Deps, StringRef IfuncName) {
+  for (const std::string &S : Symbols) {
+    // Deps were loaded permanently above, so the process-wide search sees
+    // them as well as everything this process linked.
+    if (sys::DynamicLibrary::SearchForAddressOfSymbol(S))
+      continue;
+    std::string DepList = Deps.empty() ? "none" : join(Deps, ", ");
+    return createStringError(
+        "ifunc '%s': symbol '%s' is not defined in this process or its deps "
+        "(%s)",
+        IfuncName.str().c_str(), S.c_str(), DepList.c_str());
+  }
+  return Error::success();
+}
+
+static void retargetToHost(Module &M, const DataLayout &DL,
+                           const std::string &Triple) {
+  M.setTargetTriple(llvm::Triple(Triple));
+  M.setDataLayout(DL);
+  for (Function &F : M) {
+    F.removeFnAttr("target-cpu");
+    F.removeFnAttr("target-features");
+    F.removeFnAttr("tune-cpu");
+  }
+}
+
+Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
+                                         JITDylib &JD) {
+  auto Start = std::chrono::steady_clock::now();
+  std::string MainName = A.Name + "_main";
+  if (M.Kind == ImageKind::Bitcode) {
+    auto Ctx = std::make_unique<LLVMContext>();
+    Expected<std::unique_ptr<Module>> Mod =
+        parseBitcodeFile(MemoryBufferRef(M.Image, A.Name), *Ctx);
+    if (!Mod)
+      return createStringError("ifunc '%s': bad bitcode: %s", A.Name.c_str(),
+                               toString(Mod.takeError()).c_str());
+    retargetToHost(**Mod, J->getDataLayout(), Triple);
+    if (Error E = J->addIRModule(
+            JD, ThreadSafeModule(std::move(*Mod), std::move(Ctx))))
+      return std::move(E);
+  } else {
+    if (Error E = J->addObjectFile(
+            JD, MemoryBuffer::getMemBufferCopy(M.Image, A.Name + ".o")))
+      return std::move(E);
+  }
+  Expected<ExecutorAddr> Addr = J->lookup(JD, MainName);
+  if (!Addr)
+    return createStringError("ifunc '%s': cannot compile '%s': %s",
+                             A.Name.c_str(), MainName.c_str(),
+                             toString(Addr.takeError()).c_str());
+  LoadedIfunc L;
+  L.Hash = A.Hash;
+  L.Name = A.Name;
+  L.Kind = M.Kind;
+  L.Main = Addr->toPtr<IfuncMainFn>();
+  L.LoadMillis = std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - Start)
+                     .count();
+  return L;
+}
+
+Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode) {
+  if (const LoadedIfunc *L = find(A.Hash))
+    return *L;
+
+  std::optional<ImageKind> Kind;
+  if (Mode != LoadMode::Auto)
+    Kind = Mode == LoadMode::Object ? ImageKind::Object : ImageKind::Bitcode;
+  Expected<const Member *> Sel =
+      selectMember(A, Triple, CPU, Role::Target, Kind);
+  if (!Sel)
+    return createStringError("ifunc '%s': %s", A.Name.c_str(),
+                             toString(Sel.takeError()).c_str());
+  const Member *M = *Sel;
+
+  std::string JDName = A.Name + "." + toHex(A.Hash).substr(0, 16);
+  Expected<JITDylib &> JD = J->getExecutionSession().createJITDylib(JDName);
+  if (!JD)
+    return JD.takeError();
+  auto Fail = [&](Error E) -> Expected<const LoadedIfunc &> {
+    consumeError(J->getExecutionSession().removeJITDylib(*JD));
+    return std::move(E);
+  };
+  if (Error E = addDeps(A, *JD))
+    return Fail(std::move(E));
+  if (Error E = checkSymbolsResolve(M->Symbols, A.Deps, A.Name))
+    return Fail(std::move(E));
+  Expected<LoadedIfunc> L = compile(A, *M, *JD);
+  if (!L)
+    return Fail(L.takeError());
+
+  std::lock_guard<std::mutex> Lock(Mutex);
+  auto [It, Inserted] = Loaded.try_emplace(A.Hash);
+  if (!Inserted) {
+    // Another thread loaded the same identity meanwhile; keep its copy.
+    consumeError(J->getExecutionSession().removeJITDylib(*JD));
+    return It->second.Info;
+  }
+  It->second.Info = std::move(*L);
+  It->second.JD = &*JD;
+  return It->second.Info;
+}
+
+Error JitEngine::unload(const ArchiveHash &Hash) {
+  JITDylib *JD;
+  {
+    std::lock_guard<std::mutex> L(Mutex);
+    auto It = Loaded.find(Hash);
+    if (It == Loaded.end())
+      return Error::success();
+    JD = It->second.JD;
+    Loaded.erase(It);
+  }
+  return J->getExecutionSession().removeJITDylib(*JD);
+}
+
+} // namespace tc

@@ -1,0 +1,218 @@
+//===- JitTest.cpp - Loading and running ifunc code with ORC --------------===//
+
+#include "Jit.h"
+
+#include "llvm/AsmParser/Parser.h"
+#include "llvm/Bitcode/BitcodeWriter.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/Module.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Host.h"
+
+#include "gtest/gtest.h"
+
+using namespace tc;
+
+namespace {
+
+/// Assembles \p IR for this host into an archive member with its symbols.
+Member hostMember(const std::string &IR) {
+  llvm::LLVMContext Ctx;
+  llvm::SMDiagnostic Diag;
+  std::string Text = "target triple = \"" + llvm::sys::getProcessTriple() +
+                     "\"\n" + IR;
+  std::unique_ptr<llvm::Module> M = llvm::parseAssemblyString(Text, Diag, Ctx);
+  if (!M) {
+    ADD_FAILURE() << Diag.getMessage().str();
+    return Member();
+  }
+  Member Mem;
+  Mem.Triple = llvm::Triple::normalize(llvm::sys::getProcessTriple());
+  llvm::raw_string_ostream OS(Mem.Image);
+  llvm::WriteBitcodeToFile(*M, OS);
+  OS.flush();
+  auto Syms = externalSymbols(ImageKind::Bitcode, Mem.Image);
+  EXPECT_TRUE(!!Syms);
+  Mem.Symbols = *Syms;
+  return Mem;
+}
+
+Archive makeArchive(const std::string &Name, const std::string &IR,
+                    std::vector<std::string> Deps = {}) {
+  Archive A;
+  A.Name = Name;
+  A.Deps = std::move(Deps);
+  A.Members.push_back(hostMember(IR));
+  auto Bytes = writeArchive(A); // sets A.Hash
+  EXPECT_TRUE(!!Bytes);
+  return A;
+}
+
+const char *const TsiIR = R"(
+define void @tsi_main(ptr %p, i64 %n, ptr %t) {
+  %v = load i64, ptr %t
+  %w = add i64 %v, 1
+  store i64 %w, ptr %t
+  ret void
+})";
+
+std::unique_ptr<JitEngine> engine() {
+  auto E = JitEngine::create();
+  if (!E) {
+    ADD_FAILURE() << llvm::toString(E.takeError());
+    return nullptr;
+  }
+  return std::move(*E);
+}
+
+TEST(Jit, CompilesAndRunsBitcodeForThisHost) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("tsi", TsiIR);
+  auto L = E->load(A);
+  ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+  size_t Counter = 41;
+  L->Main(nullptr, 0, &Counter);
+  EXPECT_EQ(Counter, 42u);
+  EXPECT_EQ(E->size(), 1u);
+  // A second load of the same identity is the cached one.
+  auto Again = E->load(A);
+  ASSERT_TRUE(!!Again);
+  EXPECT_EQ(&*Again, &*L);
+}
+
+TEST(Jit, SameHelperNameInTwoIfuncsDoesNotCollide) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  const char *Fmt = R"(
+define i64 @step(i64 %%x) { %%y = add i64 %%x, %d
+  ret i64 %%y }
+define void @%s_main(ptr %%p, i64 %%n, ptr %%t) {
+  %%v = load i64, ptr %%t
+  %%w = call i64 @step(i64 %%v)
+  store i64 %%w, ptr %%t
+  ret void
+})";
+  char IR1[512], IR2[512];
+  snprintf(IR1, sizeof(IR1), Fmt, 1, "one");
+  snprintf(IR2, sizeof(IR2), Fmt, 100, "two");
+  auto L1 = E->load(makeArchive("one", IR1));
+  ASSERT_TRUE(!!L1) << llvm::toString(L1.takeError());
+  auto L2 = E->load(makeArchive("two", IR2));
+  ASSERT_TRUE(!!L2) << llvm::toString(L2.takeError());
+  size_t C = 0;
+  L1->Main(nullptr, 0, &C);
+  L2->Main(nullptr, 0, &C);
+  EXPECT_EQ(C, 101u);
+}
+
+TEST(Jit, ChangedCodeUnderTheSameNameIsADifferentIdentity) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive V1 = makeArchive("tsi", TsiIR);
+  std::string IR2 = TsiIR;
+  IR2.replace(IR2.find("add i64 %v, 1"), 13, "add i64 %v, 7");
+  Archive V2 = makeArchive("tsi", IR2);
+  ASSERT_NE(V1.Hash, V2.Hash);
+  auto L1 = E->load(V1);
+  ASSERT_TRUE(!!L1);
+  auto L2 = E->load(V2);
+  ASSERT_TRUE(!!L2);
+  size_t C = 0;
+  L2->Main(nullptr, 0, &C);
+  EXPECT_EQ(C, 7u);
+  EXPECT_EQ(E->size(), 2u);
+}
+
+TEST(Jit, UnloadFreesAndAllowsReload) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("tsi", TsiIR);
+  ASSERT_TRUE(!!E->load(A));
+  ASSERT_FALSE(!!E->unload(A.Hash));
+  EXPECT_EQ(E->find(A.Hash), nullptr);
+  EXPECT_EQ(E->size(), 0u);
+  auto L = E->load(A);
+  ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+  size_t C = 0;
+  L->Main(nullptr, 0, &C);
+  EXPECT_EQ(C, 1u);
+}
+
+TEST(Jit, MissingSymbolIsNamedBeforeAnythingRuns) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("miss", R"(
+declare i64 @tc_no_such_function_anywhere(i64)
+define void @miss_main(ptr %p, i64 %n, ptr %t) {
+  %v = call i64 @tc_no_such_function_anywhere(i64 1)
+  store i64 %v, ptr %t
+  ret void
+})");
+  auto L = E->load(A);
+  ASSERT_FALSE(!!L);
+  EXPECT_EQ(llvm::toString(L.takeError()),
+            "ifunc 'miss': symbol 'tc_no_such_function_anywhere' is not "
+            "defined in this process or its deps (none)");
+  EXPECT_EQ(E->size(), 0u);
+}
+
+TEST(Jit, DepsAreLoadedAndResolved) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("dep", R"(
+declare i32 @tc_test_dep_answer()
+define void @dep_main(ptr %p, i64 %n, ptr %t) {
+  %v = call i32 @tc_test_dep_answer()
+  %w = sext i32 %v to i64
+  store i64 %w, ptr %t
+  ret void
+})",
+                          {TC_TEST_DEP_PATH});
+  auto L = E->load(A);
+  ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+  size_t C = 0;
+  L->Main(nullptr, 0, &C);
+  EXPECT_EQ(C, 42u);
+}
+
+TEST(Jit, DepThatWillNotLoadIsAnError) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("tsi", TsiIR, {"libtc-does-not-exist.so.9"});
+  auto L = E->load(A);
+  ASSERT_FALSE(!!L);
+  std::string Msg = llvm::toString(L.takeError());
+  EXPECT_NE(Msg.find("ifunc 'tsi': cannot load dependency "
+                     "'libtc-does-not-exist.so.9'"),
+            std::string::npos)
+      << Msg;
+}
+
+TEST(Jit, DepOutsideAllowedDirectoriesIsRefused) {
+  JitOptions O;
+  O.DepDirs = {"/nonexistent-tc-dir"};
+  auto E = JitEngine::create(O);
+  ASSERT_TRUE(!!E);
+  Archive A = makeArchive("tsi", TsiIR, {TC_TEST_DEP_PATH});
+  auto L = (*E)->load(A);
+  ASSERT_FALSE(!!L);
+  EXPECT_NE(llvm::toString(L.takeError()).find("outside the allowed"),
+            std::string::npos);
+}
+
+TEST(Jit, NoMemberForThisHostListsWhatThereIs) {
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("tsi", TsiIR);
+  A.Members[0].Triple = "riscv64-unknown-linux-gnu";
+  auto L = E->load(A);
+  ASSERT_FALSE(!!L);
+  EXPECT_NE(llvm::toString(L.takeError())
+                .find("no member for " +
+                      llvm::Triple::normalize(llvm::sys::getProcessTriple())),
+            std::string::npos);
+}
+
+} // namespace
