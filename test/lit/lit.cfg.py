@@ -21,7 +21,7 @@ tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
 tools = ["tc-ar", "tc-cc", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
-    tools.append("tc-archive-fuzzer")
+    tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
     config.available_features.add("fuzzer")
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 

@@ -1,0 +1,97 @@
+//===- Frame.h - tc's wire frames: encode and decode ------------*- C++ -*-===//
+//
+// Every tc message is one UCX active message whose header is a frame header
+// below and whose data is the frame body. docs/wire-format.md gives every
+// byte. decodeFrame() takes untrusted bytes: each size is checked against
+// what arrived, and a defect is an llvm::Error, never a crash.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_RUNTIME_FRAME_H
+#define TC_RUNTIME_FRAME_H
+
+#include "tc/Archive.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace tc {
+
+/// Frame magic, the bytes 't' 'c'.
+constexpr uint8_t FrameMagic0 = 't', FrameMagic1 = 'c';
+/// Wire version; a receiver refuses any other.
+constexpr uint8_t FrameVersion = 1;
+
+enum class FrameType : uint8_t {
+  Invoke = 1,      ///< sender -> target: run NAME_main on the payload.
+  Code = 2,        ///< sender -> target: the archive for a code id, no run.
+  CodeRequest = 3, ///< target -> sender: "send the archive for this code id".
+  Error = 4,       ///< target -> sender: a message was dropped, and why.
+  Fence = 5,       ///< sender -> target: reply once all earlier are done.
+  FenceDone = 6,   ///< target -> sender: the fence's reply.
+};
+
+/// Flags of an Invoke frame.
+enum : uint32_t {
+  FrameHasCode = 1u << 0, ///< The body carries the archive after the payload.
+};
+
+/// Why a target dropped a message (the status of an Error frame). Values
+/// are part of the wire format and never renumbered.
+enum class WireStatus : uint32_t {
+  MalformedFrame = 1,
+  UnsupportedVersion = 2,
+  BadArchive = 3,
+  NoMember = 4,
+  DepLoadFailed = 5,
+  MissingSymbol = 6,
+  JitFailed = 7,
+  PolicyRefused = 8,
+  CodeUnavailable = 9, ///< Code id unknown and the sender no longer has it.
+  HashMismatch = 10,   ///< The archive does not hash to the frame's hash.
+};
+
+/// A decoded frame. Views point into the decoded bytes.
+struct Frame {
+  FrameType Type = FrameType::Invoke;
+  uint32_t Seq = 0;    ///< Sender's message number on this endpoint.
+  uint32_t CodeId = 0; ///< Sender-chosen id of a code identity on this ep.
+  uint32_t Flags = 0;
+  ArchiveHash Hash{};      ///< Code, and Invoke with FrameHasCode.
+  llvm::StringRef Payload; ///< Invoke.
+  llvm::StringRef Archive; ///< Code, and Invoke with FrameHasCode.
+  WireStatus Status = WireStatus::MalformedFrame; ///< Error.
+  llvm::StringRef Message;                        ///< Error.
+};
+
+/// Size of the fixed header of each type; the variable part follows.
+constexpr size_t FrameHeaderSize = 24;
+constexpr size_t FrameCodeHeaderSize = FrameHeaderSize + 32 + 8;
+
+/// Encodes \p F's header (the active message header) into \p Header. The
+/// body that goes with it is Payload then Archive (Invoke, Code) or Message
+/// (Error).
+void encodeFrameHeader(const Frame &F, std::string &Header);
+
+/// Encodes a whole frame (header then body) into one buffer.
+std::string encodeFrame(const Frame &F);
+
+/// Decodes a frame from its header bytes and body bytes. The body may be
+/// empty or absent for types that have none.
+llvm::Expected<Frame> decodeFrame(llvm::StringRef Header, llvm::StringRef Body);
+
+/// Decodes a frame stored as one buffer (header then body).
+llvm::Expected<Frame> decodeFrame(llvm::StringRef Bytes);
+
+/// The header size for a frame starting with \p Bytes (which must hold at
+/// least the fixed header), or an error.
+llvm::Expected<size_t> frameHeaderSize(llvm::StringRef Bytes);
+
+llvm::StringRef wireStatusName(WireStatus S);
+
+} // namespace tc
+
+#endif // TC_RUNTIME_FRAME_H

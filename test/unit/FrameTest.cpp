@@ -1,0 +1,145 @@
+//===- FrameTest.cpp - Wire frame encode/decode and defects ---------------===//
+
+#include "Frame.h"
+
+#include "llvm/Support/Endian.h"
+
+#include "gtest/gtest.h"
+
+#include <random>
+
+using namespace tc;
+
+namespace {
+
+std::string err(llvm::Expected<Frame> F) {
+  if (F)
+    return "<no error>";
+  return llvm::toString(F.takeError());
+}
+
+Frame invoke(llvm::StringRef Payload) {
+  Frame F;
+  F.Type = FrameType::Invoke;
+  F.Seq = 7;
+  F.CodeId = 3;
+  F.Payload = Payload;
+  return F;
+}
+
+TEST(Frame, CachedInvokeIsHeaderPlusPayload) {
+  std::string B = encodeFrame(invoke("x"));
+  EXPECT_EQ(B.size(), FrameHeaderSize + 1);
+  EXPECT_EQ(B.substr(0, 4), std::string("tc\x01\x01", 4));
+  auto F = decodeFrame(B);
+  ASSERT_TRUE(!!F) << llvm::toString(F.takeError());
+  EXPECT_EQ(F->Type, FrameType::Invoke);
+  EXPECT_EQ(F->Seq, 7u);
+  EXPECT_EQ(F->CodeId, 3u);
+  EXPECT_EQ(F->Payload, "x");
+  EXPECT_TRUE(F->Archive.empty());
+}
+
+TEST(Frame, RandomizedRoundTripOfEveryType) {
+  std::mt19937_64 Rng(5);
+  for (int I = 0; I < 2000; ++I) {
+    Frame F;
+    F.Type = FrameType(1 + Rng() % 6);
+    F.Seq = uint32_t(Rng());
+    F.CodeId = uint32_t(Rng());
+    std::string Payload(Rng() % 300, char(Rng()));
+    std::string Archive(1 + Rng() % 300, char(Rng()));
+    std::string Msg(Rng() % 100, 'm');
+    for (auto &B : F.Hash)
+      B = uint8_t(Rng());
+    bool WithCode = F.Type == FrameType::Code ||
+                    (F.Type == FrameType::Invoke && Rng() % 2);
+    if (F.Type == FrameType::Invoke) {
+      F.Payload = Payload;
+      F.Flags = WithCode ? FrameHasCode : 0;
+    }
+    if (WithCode)
+      F.Archive = Archive;
+    else
+      F.Hash = {};
+    if (F.Type == FrameType::Error) {
+      F.Status = WireStatus(1 + Rng() % 10);
+      F.Message = Msg;
+    }
+    std::string B = encodeFrame(F);
+    auto D = decodeFrame(B);
+    ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
+    EXPECT_EQ(D->Type, F.Type);
+    EXPECT_EQ(D->Seq, F.Seq);
+    EXPECT_EQ(D->CodeId, F.CodeId);
+    EXPECT_EQ(D->Flags, F.Flags);
+    EXPECT_EQ(D->Hash, F.Hash);
+    EXPECT_EQ(D->Payload, F.Payload);
+    EXPECT_EQ(D->Archive, F.Archive);
+    EXPECT_EQ(D->Message, F.Message);
+    if (F.Type == FrameType::Error)
+      EXPECT_EQ(D->Status, F.Status);
+    EXPECT_EQ(encodeFrame(*D), B);
+    // The header/body split an active message gives decodes the same.
+    std::string H;
+    encodeFrameHeader(F, H);
+    auto S = decodeFrame(H, llvm::StringRef(B).drop_front(H.size()));
+    ASSERT_TRUE(!!S);
+    EXPECT_EQ(encodeFrame(*S), B);
+  }
+}
+
+TEST(Frame, EveryTruncationAndExtensionIsRejected) {
+  Frame F = invoke("payload");
+  F.Flags = FrameHasCode;
+  F.Archive = "archive-bytes";
+  std::string B = encodeFrame(F);
+  for (size_t Len = 0; Len < B.size(); ++Len) {
+    auto D = decodeFrame(llvm::StringRef(B).take_front(Len));
+    EXPECT_FALSE(!!D) << Len;
+    if (!D)
+      llvm::consumeError(D.takeError());
+  }
+  EXPECT_NE(err(decodeFrame(B + "!")).find("body is"), std::string::npos);
+}
+
+TEST(Frame, DefectsHaveSpecificMessages) {
+  std::string B = encodeFrame(invoke("x"));
+  std::string M = B;
+  M[0] = 'X';
+  EXPECT_EQ(err(decodeFrame(M)),
+            "malformed frame: bad magic 5863 (expected 7463)");
+  M = B;
+  M[2] = 9;
+  EXPECT_EQ(err(decodeFrame(M)),
+            "unsupported frame version 9 (this runtime speaks 1)");
+  M = B;
+  M[3] = 42;
+  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown frame type 42");
+  M = B;
+  llvm::support::endian::write32le(&M[12], 0x80);
+  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown invoke flags 0x80");
+  // A payload size near 2^64 must not wrap the body check.
+  M = B;
+  llvm::support::endian::write64le(&M[16], ~uint64_t(0));
+  EXPECT_EQ(err(decodeFrame(M)),
+            "malformed frame: body is 1 bytes, header says "
+            "18446744073709551615 + 0");
+  EXPECT_EQ(err(decodeFrame("tc")),
+            "malformed frame: 2 header bytes, need 24");
+  Frame E;
+  E.Type = FrameType::Error;
+  E.Status = WireStatus::MissingSymbol;
+  E.Message = "x";
+  M = encodeFrame(E);
+  llvm::support::endian::write32le(&M[12], 77);
+  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown error status 77");
+  Frame Fence;
+  Fence.Type = FrameType::Fence;
+  M = encodeFrame(Fence);
+  llvm::support::endian::write32le(&M[12], 1);
+  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: 5 frame with non-zero "
+                                 "fields");
+}
+
+} // namespace
