@@ -1,0 +1,112 @@
+//===- Transport.h - The seam between tc's runtime and the network -*- C++ -*-//
+//
+// The runtime speaks frames (Frame.h) over a Transport: connect or accept
+// connections, send a frame (header + body), and get frames and disconnects
+// back through a handler. UcxTransport carries frames as UCX active messages
+// (shared memory, TCP, RDMA; eager or rendezvous by size); LoopbackTransport
+// connects transports inside one process for unit tests of runtime logic.
+//
+// Threading contract: a Transport is single-threaded, like a UCX worker
+// created with UCS_THREAD_MODE_SINGLE. Every method, and every handler
+// callback, runs on the thread that calls progress(); callbacks run only
+// from inside progress() (never from inside send() or connect()).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_RUNTIME_TRANSPORT_H
+#define TC_RUNTIME_TRANSPORT_H
+
+#include "llvm/ADT/FunctionExtras.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tc {
+
+/// A connection within one Transport; never reused after it is closed.
+using ConnId = uint64_t;
+
+/// What a Transport reports. All calls come from Transport::progress().
+class TransportHandler {
+public:
+  virtual ~TransportHandler();
+  /// A frame arrived on \p Conn. \p Header and \p Body are valid only for
+  /// the duration of the call; copy what must outlive it. Frames from one
+  /// connection arrive in the order they were sent.
+  virtual void onFrame(ConnId Conn, llvm::StringRef Header,
+                       llvm::StringRef Body) = 0;
+  /// A peer connected to our listener as \p Conn.
+  virtual void onAccept(ConnId Conn) {}
+  /// \p Conn failed or its peer went away (or closed it); it is unusable.
+  /// Sends still pending on it complete with an error before this call.
+  virtual void onDisconnect(ConnId Conn, llvm::StringRef Why) = 0;
+};
+
+class Transport {
+public:
+  virtual ~Transport();
+
+  /// Sets the handler; must be called before anything else.
+  virtual void setHandler(TransportHandler *H) = 0;
+
+  /// Starts accepting connections on \p Host : \p Port (0: any free port).
+  /// Returns the port bound.
+  virtual llvm::Expected<uint16_t> listen(llvm::StringRef Host,
+                                          uint16_t Port) = 0;
+
+  /// Connects to a listener. The connection may be used at once; frames
+  /// sent before it is established are queued by the transport.
+  virtual llvm::Expected<ConnId> connect(llvm::StringRef Host,
+                                         uint16_t Port) = 0;
+
+  /// This transport's address for an out-of-band bootstrap (MPI, SLURM):
+  /// opaque bytes another process passes to connectAddress().
+  virtual llvm::Expected<std::string> address() = 0;
+  virtual llvm::Expected<ConnId> connectAddress(llvm::StringRef Address) = 0;
+
+  /// Sends one frame on \p Conn. The transport copies \p Header; \p Body
+  /// must stay valid until \p Done runs. \p Done runs exactly once, from a
+  /// later progress() call (or from the destructor, with an error), with
+  /// success when the body may be reused.
+  virtual void send(ConnId Conn, llvm::StringRef Header, llvm::StringRef Body,
+                    llvm::unique_function<void(llvm::Error)> Done) = 0;
+
+  /// Closes \p Conn; pending sends complete with an error.
+  virtual void disconnect(ConnId Conn) = 0;
+
+  /// Does pending work and runs callbacks. Returns true if anything
+  /// happened (so a caller busy-polls while it returns true).
+  virtual bool progress() = 0;
+
+  /// Blocks until the transport may have work or \p TimeoutMs passes
+  /// (-1: no limit), without spinning: an idle process costs no CPU.
+  virtual llvm::Error wait(int TimeoutMs) = 0;
+
+  /// Wakes a thread blocked in wait() (safe to call from any thread).
+  virtual void signal() = 0;
+};
+
+/// UCX transport options.
+struct UcxTransportOptions {
+  /// Empty: UCX's defaults, from UCX_TLS etc. in the environment.
+  std::string Transports;
+};
+
+/// A transport over a UCX context + worker of its own.
+llvm::Expected<std::unique_ptr<Transport>>
+createUcxTransport(const UcxTransportOptions &Opts = UcxTransportOptions());
+
+/// Transports in one process joined by a hub: "host" names are hub-local
+/// listener names, so tests can run the runtime on both sides of a
+/// connection without sockets.
+class LoopbackHub;
+std::shared_ptr<LoopbackHub> createLoopbackHub();
+std::unique_ptr<Transport>
+createLoopbackTransport(std::shared_ptr<LoopbackHub> Hub);
+
+} // namespace tc
+
+#endif // TC_RUNTIME_TRANSPORT_H
