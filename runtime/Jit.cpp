@@ -27,6 +27,14 @@ using namespace llvm::orc;
 
 namespace tc {
 
+char LoadError::ID = 0;
+
+static Error loadError(LoadFailure K, Error E) {
+  if (E.isA<LoadError>())
+    return E;
+  return make_error<LoadError>(K, toString(std::move(E)));
+}
+
 static std::once_flag InitTargets;
 
 Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
@@ -68,9 +76,9 @@ size_t JitEngine::size() const {
   return Loaded.size();
 }
 
-const LoadedIfunc *JitEngine::find(const ArchiveHash &Hash) const {
+const LoadedIfunc *JitEngine::find(const ArchiveHash &Hash, Role R) const {
   std::lock_guard<std::mutex> L(Mutex);
-  auto It = Loaded.find(Hash);
+  auto It = Loaded.find({Hash, R});
   return It == Loaded.end() ? nullptr : &It->second.Info;
 }
 
@@ -110,7 +118,9 @@ Error JitEngine::addDeps(const Archive &A, JITDylib &JD) {
   for (const std::string &Dep : A.Deps) {
     Expected<std::string> Path = resolveDep(Dep, Opts.DepDirs);
     if (!Path)
-      return Path.takeError();
+      return make_error<LoadError>(
+          LoadFailure::PolicyRefused,
+          "ifunc '" + A.Name + "': " + toString(Path.takeError()));
     auto G = DynamicLibrarySearchGenerator::Load(Path->c_str(), Prefix);
     if (!G)
       return createStringError("ifunc '%s': cannot load dependency '%s': %s",
@@ -155,7 +165,6 @@ static void retargetToHost(Module &M, const DataLayout &DL,
 Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
                                          JITDylib &JD) {
   auto Start = std::chrono::steady_clock::now();
-  std::string MainName = A.Name + "_main";
   if (M.Kind == ImageKind::Bitcode) {
     auto Ctx = std::make_unique<LLVMContext>();
     Expected<std::unique_ptr<Module>> Mod =
@@ -172,37 +181,57 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
             JD, MemoryBuffer::getMemBufferCopy(M.Image, A.Name + ".o")))
       return std::move(E);
   }
-  Expected<ExecutorAddr> Addr = J->lookup(JD, MainName);
-  if (!Addr)
-    return createStringError("ifunc '%s': cannot compile '%s': %s",
-                             A.Name.c_str(), MainName.c_str(),
-                             toString(Addr.takeError()).c_str());
   LoadedIfunc L;
   L.Hash = A.Hash;
   L.Name = A.Name;
   L.Kind = M.Kind;
-  L.Main = Addr->toPtr<IfuncMainFn>();
+  auto Lookup = [&](const std::string &Sym) -> Expected<ExecutorAddr> {
+    Expected<ExecutorAddr> Addr = J->lookup(JD, Sym);
+    if (!Addr)
+      return createStringError("ifunc '%s': cannot compile '%s': %s",
+                               A.Name.c_str(), Sym.c_str(),
+                               toString(Addr.takeError()).c_str());
+    return Addr;
+  };
+  if (M.TheRole == Role::Target) {
+    Expected<ExecutorAddr> Main = Lookup(A.Name + "_main");
+    if (!Main)
+      return Main.takeError();
+    L.Main = Main->toPtr<IfuncMainFn>();
+  } else {
+    Expected<ExecutorAddr> Bound = Lookup(A.Name + "_payload_bound");
+    if (!Bound)
+      return Bound.takeError();
+    Expected<ExecutorAddr> Init = Lookup(A.Name + "_payload_init");
+    if (!Init)
+      return Init.takeError();
+    L.Bound = Bound->toPtr<IfuncBoundFn>();
+    L.Init = Init->toPtr<IfuncInitFn>();
+  }
   L.LoadMillis = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - Start)
                      .count();
   return L;
 }
 
-Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode) {
-  if (const LoadedIfunc *L = find(A.Hash))
+Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode,
+                                               Role R) {
+  if (const LoadedIfunc *L = find(A.Hash, R))
     return *L;
 
   std::optional<ImageKind> Kind;
   if (Mode != LoadMode::Auto)
     Kind = Mode == LoadMode::Object ? ImageKind::Object : ImageKind::Bitcode;
   Expected<const Member *> Sel =
-      selectMember(A, Triple, CPU, Role::Target, Kind);
+      selectMember(A, Triple, CPU, R, Kind);
   if (!Sel)
-    return createStringError("ifunc '%s': %s", A.Name.c_str(),
-                             toString(Sel.takeError()).c_str());
+    return loadError(LoadFailure::NoMember,
+                     createStringError("ifunc '%s': %s", A.Name.c_str(),
+                                       toString(Sel.takeError()).c_str()));
   const Member *M = *Sel;
 
-  std::string JDName = A.Name + "." + toHex(A.Hash).substr(0, 16);
+  std::string JDName = A.Name + "." + toHex(A.Hash).substr(0, 16) + "." +
+                       roleName(R).str();
   Expected<JITDylib &> JD = J->getExecutionSession().createJITDylib(JDName);
   if (!JD)
     return JD.takeError();
@@ -211,15 +240,15 @@ Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode) {
     return std::move(E);
   };
   if (Error E = addDeps(A, *JD))
-    return Fail(std::move(E));
+    return Fail(loadError(LoadFailure::DepLoadFailed, std::move(E)));
   if (Error E = checkSymbolsResolve(M->Symbols, A.Deps, A.Name))
-    return Fail(std::move(E));
+    return Fail(loadError(LoadFailure::MissingSymbol, std::move(E)));
   Expected<LoadedIfunc> L = compile(A, *M, *JD);
   if (!L)
-    return Fail(L.takeError());
+    return Fail(loadError(LoadFailure::CompileFailed, L.takeError()));
 
   std::lock_guard<std::mutex> Lock(Mutex);
-  auto [It, Inserted] = Loaded.try_emplace(A.Hash);
+  auto [It, Inserted] = Loaded.try_emplace(Key{A.Hash, R});
   if (!Inserted) {
     // Another thread loaded the same identity meanwhile; keep its copy.
     consumeError(J->getExecutionSession().removeJITDylib(*JD));
@@ -230,11 +259,11 @@ Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode) {
   return It->second.Info;
 }
 
-Error JitEngine::unload(const ArchiveHash &Hash) {
+Error JitEngine::unload(const ArchiveHash &Hash, Role R) {
   JITDylib *JD;
   {
     std::lock_guard<std::mutex> L(Mutex);
-    auto It = Loaded.find(Hash);
+    auto It = Loaded.find({Hash, R});
     if (It == Loaded.end())
       return Error::success();
     JD = It->second.JD;

@@ -27,6 +27,32 @@
 
 namespace tc {
 
+/// Why a load failed, for callers that report it on the wire.
+enum class LoadFailure : uint8_t {
+  NoMember,      ///< No member this host can run.
+  DepLoadFailed, ///< A dependency did not load or is not allowed.
+  MissingSymbol, ///< An external symbol does not resolve.
+  CompileFailed, ///< Bad bitcode, codegen or link failure.
+  PolicyRefused, ///< A dependency outside the allowed directories.
+};
+
+/// The error JitEngine::load returns: a kind plus a one-line message.
+class LoadError : public llvm::ErrorInfo<LoadError> {
+public:
+  static char ID;
+  LoadError(LoadFailure Kind, std::string Msg)
+      : Kind(Kind), Msg(std::move(Msg)) {}
+  void log(llvm::raw_ostream &OS) const override { OS << Msg; }
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+  LoadFailure kind() const { return Kind; }
+
+private:
+  LoadFailure Kind;
+  std::string Msg;
+};
+
 /// The target entry point: void NAME_main(void *, size_t, void *).
 using IfuncMainFn = void (*)(void *Payload, size_t PayloadSize,
                              void *TargetArgs);
@@ -38,11 +64,18 @@ enum class LoadMode : uint8_t {
   Object,  ///< Only an object member: link, no code generation.
 };
 
+/// The source entry points.
+using IfuncBoundFn = size_t (*)(void *SourceArgs, size_t SourceArgsSize);
+using IfuncInitFn = int (*)(void *SourceArgs, size_t SourceArgsSize,
+                            void *Payload, size_t *PayloadSize);
+
 /// One loaded code identity.
 struct LoadedIfunc {
   ArchiveHash Hash{};
   std::string Name;
-  IfuncMainFn Main = nullptr;
+  IfuncMainFn Main = nullptr;   ///< Role::Target.
+  IfuncBoundFn Bound = nullptr; ///< Role::Source.
+  IfuncInitFn Init = nullptr;   ///< Role::Source.
   ImageKind Kind = ImageKind::Bitcode;
   double LoadMillis = 0; ///< Parse + compile/link + lookup, wall clock.
 };
@@ -62,15 +95,21 @@ public:
   create(const JitOptions &Opts = JitOptions());
   ~JitEngine();
 
-  /// Loads \p A (keyed by A.Hash) if it is not loaded yet and returns it.
+  /// Loads the member of \p A for role \p R (keyed by A.Hash and R) if it
+  /// is not loaded yet and returns it. For Role::Target the entry point is
+  /// NAME_main; for Role::Source it is NAME_payload_init (and
+  /// LoadedIfunc::Bound is NAME_payload_bound).
   llvm::Expected<const LoadedIfunc &> load(const Archive &A,
-                                           LoadMode Mode = LoadMode::Auto);
+                                           LoadMode Mode = LoadMode::Auto,
+                                           Role R = Role::Target);
 
-  /// Returns the loaded code for \p Hash, or nullptr.
-  const LoadedIfunc *find(const ArchiveHash &Hash) const;
+  /// Returns the loaded code for \p Hash and \p R, or nullptr.
+  const LoadedIfunc *find(const ArchiveHash &Hash,
+                          Role R = Role::Target) const;
 
-  /// Frees the code of \p Hash. Not an error if it was not loaded.
-  llvm::Error unload(const ArchiveHash &Hash);
+  /// Frees the code of \p Hash for \p R. Not an error if it was not
+  /// loaded. References returned by load()/find() for it become invalid.
+  llvm::Error unload(const ArchiveHash &Hash, Role R = Role::Target);
 
   size_t size() const;
   const std::string &triple() const { return Triple; }
@@ -80,6 +119,7 @@ private:
   JitEngine() = default;
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
                                       llvm::orc::JITDylib &JD);
+  using Key = std::pair<ArchiveHash, Role>;
   llvm::Error addDeps(const Archive &A, llvm::orc::JITDylib &JD);
 
   std::unique_ptr<llvm::orc::LLJIT> J;
@@ -90,7 +130,7 @@ private:
     LoadedIfunc Info;
     llvm::orc::JITDylib *JD = nullptr;
   };
-  std::map<ArchiveHash, Entry> Loaded;
+  std::map<Key, Entry> Loaded;
 };
 
 /// Checks that each of \p Symbols resolves in this process or in one of the

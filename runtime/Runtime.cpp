@@ -1,0 +1,540 @@
+//===- Runtime.cpp - tc's protocol engine ---------------------------------===//
+//
+// The state machine of docs/wire-format.md. Sender side: code ids per
+// connection, CodeRequest answers, fences. Target side: a per-connection
+// FIFO that holds frames whose code is not here yet, so order is kept and
+// nothing runs on code it does not have.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Runtime.h"
+
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace llvm;
+
+namespace tc {
+
+Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
+                 std::unique_ptr<JitEngine> Jit)
+    : T(std::move(T)), Opts(std::move(Opts)), Jit(std::move(Jit)) {
+  this->T->setHandler(this);
+}
+
+Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
+                                                   RuntimeOptions Opts) {
+  Expected<std::unique_ptr<JitEngine>> J = JitEngine::create(Opts.Jit);
+  if (!J)
+    return J.takeError();
+  return std::make_unique<Runtime>(std::move(T), std::move(Opts),
+                                   std::move(*J));
+}
+
+Runtime::~Runtime() {
+  // Tear the transport down first: its pending completions still refer to
+  // buffers this object owns.
+  T.reset();
+}
+
+void Runtime::event(const Twine &Msg) {
+  if (EventCB)
+    EventCB(Msg.str());
+}
+
+//===----------------------------------------------------------------------===//
+// Source side
+//===----------------------------------------------------------------------===//
+
+Expected<std::shared_ptr<const Ifunc>>
+Runtime::registerArchive(StringRef Bytes) {
+  Expected<Archive> A = readArchive(MemoryBufferRef(Bytes, "archive"));
+  if (!A)
+    return A.takeError();
+  auto F = std::make_shared<Ifunc>();
+  F->Name = A->Name;
+  Expected<const LoadedIfunc &> Src = Jit->load(*A, LoadMode::Auto,
+                                                Role::Source);
+  if (!Src)
+    return createStringError("ifunc '%s': cannot load its source side: %s",
+                             A->Name.c_str(),
+                             toString(Src.takeError()).c_str());
+  F->Source = &*Src;
+
+  // Targets get the archive without source members; its hash is the code's
+  // identity on the wire.
+  Archive Shipped = *A;
+  llvm::erase_if(Shipped.Members,
+                 [](const Member &M) { return M.TheRole == Role::Source; });
+  if (Shipped.Members.empty())
+    return createStringError("ifunc '%s': archive has no target members",
+                             A->Name.c_str());
+  Expected<SmallString<0>> Out = writeArchive(Shipped);
+  if (!Out)
+    return Out.takeError();
+  F->Bytes = Out->str().str();
+  F->Hash = Shipped.Hash;
+  F->Parsed = std::move(*A);
+  Registered[F->Name] = F;
+  event("registered " + F->Name + " " + toHex(F->Hash).substr(0, 16));
+  return std::shared_ptr<const Ifunc>(F);
+}
+
+Expected<std::shared_ptr<const Ifunc>>
+Runtime::registerByName(StringRef Name, StringRef SearchPath) {
+  SmallVector<StringRef, 4> Dirs;
+  SearchPath.split(Dirs, ':', -1, /*KeepEmpty=*/false);
+  for (StringRef D : Dirs) {
+    SmallString<256> P(D);
+    sys::path::append(P, Name + ".tcfb");
+    ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(P);
+    if (!B)
+      continue;
+    Expected<std::shared_ptr<const Ifunc>> F =
+        registerArchive((*B)->getBuffer());
+    if (!F)
+      return createStringError("'%s': %s", P.c_str(),
+                               toString(F.takeError()).c_str());
+    if ((*F)->Name != Name)
+      return createStringError("'%s' holds ifunc '%s', not '%s'", P.c_str(),
+                               (*F)->Name.c_str(), Name.str().c_str());
+    return F;
+  }
+  return createStringError("no %s.tcfb in the ifunc search path '%s'",
+                           Name.str().c_str(), SearchPath.str().c_str());
+}
+
+void Runtime::deregister(const std::shared_ptr<const Ifunc> &F) {
+  auto It = Registered.find(F->Name);
+  if (It != Registered.end() && It->second == F)
+    Registered.erase(It);
+}
+
+std::shared_ptr<const Ifunc> Runtime::lookup(StringRef Name) const {
+  auto It = Registered.find(Name.str());
+  return It == Registered.end() ? nullptr : It->second;
+}
+
+Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
+                                         const void *SourceArgs,
+                                         size_t SourceArgsSize) {
+  void *Args = const_cast<void *>(SourceArgs);
+  size_t Bound = F->Source->Bound(Args, SourceArgsSize);
+  Message M;
+  M.Code = std::move(F);
+  M.Payload.assign(Bound, '\0');
+  size_t Size = Bound;
+  int RC = M.Code->Source->Init(Args, SourceArgsSize, M.Payload.data(), &Size);
+  if (RC != 0)
+    return createStringError("ifunc '%s': %s_payload_init returned %d",
+                             M.Code->Name.c_str(), M.Code->Name.c_str(), RC);
+  if (Size > Bound)
+    return createStringError("ifunc '%s': %s_payload_init wrote %zu bytes, "
+                             "more than the bound of %zu",
+                             M.Code->Name.c_str(), M.Code->Name.c_str(), Size,
+                             Bound);
+  M.Payload.resize(Size);
+  return std::move(M);
+}
+
+void Runtime::sendFrame(ConnId C, const Frame &F,
+                        std::shared_ptr<std::string> Body,
+                        unique_function<void(Error)> Done) {
+  std::string Header;
+  encodeFrameHeader(F, Header);
+  StringRef BodyRef = Body ? StringRef(*Body) : StringRef();
+  T->send(C, Header, BodyRef,
+          [Body = std::move(Body), Done = std::move(Done)](Error E) mutable {
+            if (Done)
+              Done(std::move(E));
+            else
+              consumeError(std::move(E));
+          });
+}
+
+void Runtime::send(ConnId C, const Message &M,
+                   unique_function<void(Error)> Done) {
+  Conn &S = conn(C);
+  Frame F;
+  F.Type = FrameType::Invoke;
+  F.Seq = S.NextSeq++;
+  auto Body = std::make_shared<std::string>(M.Payload);
+  auto It = S.SentCode.find(M.Code->Hash);
+  if (It != S.SentCode.end()) {
+    F.CodeId = It->second;
+  } else {
+    F.CodeId = S.NextCodeId++;
+    S.SentCode[M.Code->Hash] = F.CodeId;
+    S.ById[F.CodeId] = M.Code;
+    F.Flags = FrameHasCode;
+    F.Hash = M.Code->Hash;
+    F.Archive = M.Code->Bytes;
+    *Body += M.Code->Bytes;
+  }
+  F.Payload = M.Payload;
+  sendFrame(C, F, std::move(Body), std::move(Done));
+}
+
+void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
+  Conn &S = conn(C);
+  Frame F;
+  F.Type = FrameType::Fence;
+  F.Seq = S.NextSeq++;
+  S.Fences[F.Seq] = std::move(Done);
+  sendFrame(C, F, nullptr, [this, C, Seq = F.Seq](Error E) {
+    if (!E)
+      return;
+    auto It = Conns.find(C);
+    if (It == Conns.end() || !It->second.Fences.count(Seq)) {
+      consumeError(std::move(E));
+      return;
+    }
+    auto Done = std::move(It->second.Fences[Seq]);
+    It->second.Fences.erase(Seq);
+    Done(std::move(E));
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Target side
+//===----------------------------------------------------------------------===//
+
+void Runtime::sendError(ConnId C, const Frame &About, WireStatus S,
+                        StringRef Msg) {
+  ++Counters.Errors[S];
+  event(formatv("error seq={0} code={1}: {2}: {3}", About.Seq, About.CodeId,
+                wireStatusName(S), Msg));
+  Frame E;
+  E.Type = FrameType::Error;
+  E.Seq = About.Seq;
+  E.CodeId = About.CodeId;
+  E.Status = S;
+  auto Body = std::make_shared<std::string>(Msg.take_front(4096).str());
+  E.Message = *Body;
+  sendFrame(C, E, Body, nullptr);
+}
+
+static WireStatus statusOf(LoadFailure K) {
+  switch (K) {
+  case LoadFailure::NoMember:
+    return WireStatus::NoMember;
+  case LoadFailure::DepLoadFailed:
+    return WireStatus::DepLoadFailed;
+  case LoadFailure::MissingSymbol:
+    return WireStatus::MissingSymbol;
+  case LoadFailure::CompileFailed:
+    return WireStatus::JitFailed;
+  case LoadFailure::PolicyRefused:
+    return WireStatus::PolicyRefused;
+  }
+  return WireStatus::JitFailed;
+}
+
+void Runtime::touch(const ArchiveHash &H) {
+  auto It = std::find(LRU.begin(), LRU.end(), H);
+  if (It != LRU.end())
+    LRU.splice(LRU.begin(), LRU, It);
+  else
+    LRU.push_front(H);
+}
+
+Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
+                                                 WireStatus &Why) {
+  ++Counters.CodeFrames;
+  if (const LoadedIfunc *L = Jit->find(F.Hash)) {
+    // Identity already loaded (from another connection, or resent): the
+    // hash names it, so the archive need not be parsed again.
+    conn(C).Known[F.CodeId] = F.Hash;
+    conn(C).Requested.erase(F.CodeId);
+    touch(F.Hash);
+    return L;
+  }
+  Expected<Archive> A = readArchive(MemoryBufferRef(F.Archive, "frame"));
+  if (!A) {
+    Why = WireStatus::BadArchive;
+    return A.takeError();
+  }
+  if (A->Hash != F.Hash) {
+    Why = WireStatus::HashMismatch;
+    return createStringError("archive hashes to %s, frame says %s",
+                             toHex(A->Hash).c_str(), toHex(F.Hash).c_str());
+  }
+  if (!Opts.AllowedHashes.empty() && !Opts.AllowedHashes.count(A->Hash)) {
+    Why = WireStatus::PolicyRefused;
+    return createStringError("ifunc '%s' (%s) is not in the allowed list",
+                             A->Name.c_str(), toHex(A->Hash).c_str());
+  }
+  Expected<const LoadedIfunc &> L = Jit->load(*A, Opts.Mode);
+  if (!L) {
+    Why = WireStatus::JitFailed;
+    Error E = L.takeError();
+    handleAllErrors(
+        std::move(E),
+        [&](const LoadError &LE) {
+          Why = statusOf(LE.kind());
+          E = make_error<StringError>(LE.message(), inconvertibleErrorCode());
+        },
+        [&](const ErrorInfoBase &EI) {
+          E = make_error<StringError>(EI.message(), inconvertibleErrorCode());
+        });
+    return std::move(E);
+  }
+  ++Counters.Compiles;
+  Counters.CompileMillis += L->LoadMillis;
+  event(formatv("loaded {0} {1} ({2:f2} ms, {3})", A->Name,
+                toHex(A->Hash).substr(0, 16), L->LoadMillis,
+                imageKindName(L->Kind)));
+  TargetArchives[A->Hash] = F.Archive.str();
+  conn(C).Known[F.CodeId] = A->Hash;
+  conn(C).Requested.erase(F.CodeId);
+  touch(A->Hash);
+  if (Opts.MaxLoaded && LRU.size() > Opts.MaxLoaded)
+    evict(LRU.back());
+  return &*L;
+}
+
+void Runtime::evict(const ArchiveHash &H) {
+  if (Error E = Jit->unload(H))
+    event("unload failed: " + toString(std::move(E)));
+  TargetArchives.erase(H);
+  LRU.remove(H);
+  for (auto &KV : Conns)
+    for (auto It = KV.second.Known.begin(); It != KV.second.Known.end();)
+      It = It->second == H ? KV.second.Known.erase(It) : std::next(It);
+  ++Counters.Evictions;
+  event("evicted " + toHex(H).substr(0, 16));
+}
+
+void Runtime::runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L) {
+  // Give the ifunc an aligned, writable copy: the transport's buffer may be
+  // neither.
+  static thread_local std::vector<std::max_align_t> Scratch;
+  size_t Words = (F.Payload.size() + sizeof(std::max_align_t) - 1) /
+                 sizeof(std::max_align_t);
+  if (Scratch.size() < Words)
+    Scratch.resize(Words);
+  std::vector<std::max_align_t> Local;
+  std::max_align_t *Buf = Scratch.data();
+  // The ifunc may re-enter the runtime and receive another frame; a nested
+  // call must not overwrite this payload.
+  static thread_local int Depth = 0;
+  if (Depth > 0) {
+    Local.resize(Words);
+    Buf = Local.data();
+  }
+  if (!F.Payload.empty())
+    std::memcpy(Buf, F.Payload.data(), F.Payload.size());
+  auto Named = NamedTargetArgs.find(L.Name);
+  void *Args =
+      Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
+  ++Depth;
+  L.Main(Buf, F.Payload.size(), Args);
+  --Depth;
+  ++Counters.Executed;
+}
+
+bool Runtime::handle(ConnId C, const Frame &F) {
+  Conn &S = conn(C);
+  switch (F.Type) {
+  case FrameType::Invoke: {
+    ++Counters.Received;
+    const LoadedIfunc *L = nullptr;
+    if (F.Flags & FrameHasCode) {
+      WireStatus Why = WireStatus::JitFailed;
+      Expected<const LoadedIfunc *> Got = admitCode(C, F, Why);
+      if (!Got) {
+        sendError(C, F, Why, toString(Got.takeError()));
+        return true;
+      }
+      L = *Got;
+    } else {
+      auto K = S.Known.find(F.CodeId);
+      if (K != S.Known.end())
+        L = Jit->find(K->second);
+      if (!L) {
+        --Counters.Received; // Counted again when it runs.
+        if (S.Requested.insert(F.CodeId).second) {
+          ++Counters.CodeRequests;
+          event(formatv("code id {0} unknown: requesting it", F.CodeId));
+          Frame R;
+          R.Type = FrameType::CodeRequest;
+          R.Seq = F.Seq;
+          R.CodeId = F.CodeId;
+          sendFrame(C, R, nullptr, nullptr);
+        }
+        return false;
+      }
+      ++Counters.CacheHits;
+      touch(L->Hash);
+    }
+    runInvoke(C, F, *L);
+    return true;
+  }
+  case FrameType::Fence: {
+    Frame R;
+    R.Type = FrameType::FenceDone;
+    R.Seq = F.Seq;
+    sendFrame(C, R, nullptr, nullptr);
+    return true;
+  }
+  default:
+    return true;
+  }
+}
+
+void Runtime::drain(ConnId C) {
+  auto It = Conns.find(C);
+  while (It != Conns.end() && !It->second.Queue.empty()) {
+    // Handle a copy: the ifunc may re-enter and touch this queue.
+    Pending P = std::move(It->second.Queue.front());
+    Expected<Frame> F = decodeFrame(P.Bytes);
+    if (!F) { // Cannot happen: it decoded when it was queued.
+      consumeError(F.takeError());
+      It->second.Queue.pop_front();
+      continue;
+    }
+    if (!handle(C, *F)) {
+      It->second.Queue.front() = std::move(P);
+      return;
+    }
+    It = Conns.find(C);
+    if (It != Conns.end() && !It->second.Queue.empty())
+      It->second.Queue.pop_front();
+  }
+}
+
+void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
+  Expected<Frame> FOr = decodeFrame(Header, Body);
+  if (!FOr) {
+    std::string Msg = toString(FOr.takeError());
+    Frame About;
+    if (Header.size() >= 12) { // Best effort: echo seq and code id.
+      About.Seq = support::endian::read32le(Header.data() + 4);
+      About.CodeId = support::endian::read32le(Header.data() + 8);
+    }
+    bool Version = StringRef(Msg).starts_with("unsupported frame version");
+    sendError(C, About,
+              Version ? WireStatus::UnsupportedVersion
+                      : WireStatus::MalformedFrame,
+              Msg);
+    return;
+  }
+  const Frame &F = *FOr;
+  Conn &S = conn(C);
+  switch (F.Type) {
+  case FrameType::Invoke:
+  case FrameType::Fence:
+    if (!S.Queue.empty() || !handle(C, F)) {
+      Pending P;
+      P.Bytes = Header.str() + Body.str();
+      conn(C).Queue.push_back(std::move(P));
+    }
+    return;
+  case FrameType::Code: {
+    WireStatus Why = WireStatus::JitFailed;
+    Expected<const LoadedIfunc *> L = admitCode(C, F, Why);
+    if (!L) {
+      std::string Msg = toString(L.takeError());
+      // The queued invokes for this code id can never run: drop and report
+      // each, so the sender hears about every message.
+      auto &Q = conn(C).Queue;
+      for (auto It = Q.begin(); It != Q.end();) {
+        Expected<Frame> QF = decodeFrame(It->Bytes);
+        if (QF && QF->Type == FrameType::Invoke && QF->CodeId == F.CodeId) {
+          sendError(C, *QF, Why, Msg);
+          It = Q.erase(It);
+        } else {
+          if (!QF)
+            consumeError(QF.takeError());
+          ++It;
+        }
+      }
+      conn(C).Requested.erase(F.CodeId);
+    }
+    drain(C);
+    return;
+  }
+  case FrameType::CodeRequest: {
+    auto It = S.ById.find(F.CodeId);
+    if (It == S.ById.end()) {
+      sendError(C, F, WireStatus::CodeUnavailable,
+                formatv("code id {0} was never sent here", F.CodeId).str());
+      return;
+    }
+    event(formatv("resending code id {0} ({1})", F.CodeId,
+                  It->second->Name));
+    Frame R;
+    R.Type = FrameType::Code;
+    R.Seq = F.Seq;
+    R.CodeId = F.CodeId;
+    R.Hash = It->second->Hash;
+    R.Archive = It->second->Bytes;
+    auto Body = std::make_shared<std::string>(It->second->Bytes);
+    sendFrame(C, R, std::move(Body), nullptr);
+    return;
+  }
+  case FrameType::Error: {
+    ++Counters.ErrorsReceived;
+    if (F.Status == WireStatus::CodeUnavailable && S.Requested.count(F.CodeId)) {
+      // We asked a sender for code it does not have: drop what waits on it.
+      auto &Q = S.Queue;
+      for (auto It = Q.begin(); It != Q.end();) {
+        Expected<Frame> QF = decodeFrame(It->Bytes);
+        if (QF && QF->Type == FrameType::Invoke && QF->CodeId == F.CodeId) {
+          ++Counters.Errors[WireStatus::CodeUnavailable];
+          It = Q.erase(It);
+        } else {
+          if (!QF)
+            consumeError(QF.takeError());
+          ++It;
+        }
+      }
+      S.Requested.erase(F.CodeId);
+      drain(C);
+      return;
+    }
+    RemoteError RE{C, F.Seq, F.Status, F.Message.str()};
+    if (RemoteErrorCB)
+      RemoteErrorCB(RE);
+    return;
+  }
+  case FrameType::FenceDone: {
+    auto It = S.Fences.find(F.Seq);
+    if (It == S.Fences.end())
+      return;
+    auto Done = std::move(It->second);
+    S.Fences.erase(It);
+    if (Done)
+      Done(Error::success());
+    return;
+  }
+  }
+}
+
+void Runtime::onAccept(ConnId C) {
+  conn(C);
+  event(formatv("connection {0} accepted", C));
+  if (AcceptCB)
+    AcceptCB(C);
+}
+
+void Runtime::onDisconnect(ConnId C, StringRef Why) {
+  auto It = Conns.find(C);
+  if (It != Conns.end()) {
+    auto Fences = std::move(It->second.Fences);
+    Conns.erase(It);
+    for (auto &KV : Fences)
+      if (KV.second)
+        KV.second(createStringError("connection closed: " + Why));
+  }
+  event(formatv("connection {0} closed: {1}", C, Why));
+  if (DisconnectCB)
+    DisconnectCB(C, Why);
+}
+
+} // namespace tc

@@ -1,0 +1,231 @@
+//===- Runtime.h - tc's protocol engine: send, cache, load, run -*- C++ -*-===//
+//
+// One Runtime is one process's view of tc: the ifuncs it registered (as a
+// source), the code it has loaded (as a target), and the per-connection
+// state of the protocol in docs/wire-format.md. It talks frames over a
+// Transport, so the same logic runs over UCX and over the in-process
+// loopback used by unit tests.
+//
+// Caching is by code identity (the archive hash), never by name:
+// - a sender ships the archive once per (connection, identity) and assigns
+//   it a code id on that connection; later messages carry the code id only;
+// - a target that does not know a code id (restarted, evicted, never got
+//   it) queues the message, asks for the code (CodeRequest) and runs the
+//   queued messages, in order, when the code arrives. Nothing runs on
+//   unknown code and no message is lost.
+//
+// Threading: a Runtime is driven by one thread (the one calling progress()
+// or wait()); other threads must not call into it. Ifunc code runs on that
+// thread, from progress(), and may call back into the Runtime (send,
+// createMessage) to forward itself: that is how a pointer chase hops.
+// JIT compilation happens on that thread too, inside progress(): a first
+// contact stalls the connection's later frames for the JIT time and no
+// longer (docs/runtime.md explains the choice).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_RUNTIME_RUNTIME_H
+#define TC_RUNTIME_RUNTIME_H
+
+#include "Frame.h"
+#include "Jit.h"
+#include "Transport.h"
+
+#include "llvm/ADT/FunctionExtras.h"
+
+#include <deque>
+#include <list>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tc {
+
+/// A registered ifunc, as the source sees it.
+struct Ifunc {
+  std::string Name;
+  ArchiveHash Hash{};
+  std::string Bytes;      ///< The archive as shipped (target members only).
+  Archive Parsed;         ///< Including the source member.
+  const LoadedIfunc *Source = nullptr; ///< payload_bound/_init, JIT-compiled.
+};
+
+/// A message ready to send: an ifunc and its payload.
+struct Message {
+  std::shared_ptr<const Ifunc> Code;
+  std::string Payload;
+};
+
+/// Counters a target keeps (tc-serve prints them on exit).
+struct RuntimeCounters {
+  uint64_t Received = 0;    ///< Invoke frames received.
+  uint64_t Executed = 0;    ///< NAME_main calls made.
+  uint64_t CodeFrames = 0;  ///< Frames that carried an archive.
+  uint64_t CacheHits = 0;   ///< Invokes whose code was already loaded.
+  uint64_t Compiles = 0;    ///< Loads (JIT or link) done.
+  double CompileMillis = 0; ///< Their total time.
+  uint64_t CodeRequests = 0;
+  uint64_t Evictions = 0;
+  std::map<WireStatus, uint64_t> Errors; ///< Dropped messages by kind.
+  uint64_t ErrorsReceived = 0;           ///< Error frames a sender got.
+};
+
+struct RuntimeOptions {
+  JitOptions Jit;
+  LoadMode Mode = LoadMode::Auto;
+  /// Most identities whose code stays loaded at once; 0: no limit. The
+  /// least recently used is evicted (and re-requested when needed).
+  size_t MaxLoaded = 0;
+  /// When non-empty, only archives with these hashes are loaded.
+  std::set<ArchiveHash> AllowedHashes;
+  /// Default target_args for every ifunc (see setTargetArgs).
+  void *TargetArgs = nullptr;
+};
+
+/// An error a target sent back about one of our messages.
+struct RemoteError {
+  ConnId Conn = 0;
+  uint32_t Seq = 0;
+  WireStatus Status = WireStatus::MalformedFrame;
+  std::string Message;
+};
+
+class Runtime : public TransportHandler {
+public:
+  Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
+          std::unique_ptr<JitEngine> Jit);
+  static llvm::Expected<std::unique_ptr<Runtime>>
+  create(std::unique_ptr<Transport> T, RuntimeOptions Opts = {});
+  ~Runtime() override;
+
+  Transport &transport() { return *T; }
+  JitEngine &jit() { return *Jit; }
+
+  //--- Source side ----------------------------------------------------===//
+
+  /// Registers an ifunc from archive bytes. Its source member (for this
+  /// host) is JIT-compiled for createMessage(); what ships to targets is the
+  /// archive without source members.
+  llvm::Expected<std::shared_ptr<const Ifunc>>
+  registerArchive(llvm::StringRef Bytes);
+  /// Finds NAME.tcfb in \p SearchPath (':'-separated) and registers it.
+  llvm::Expected<std::shared_ptr<const Ifunc>>
+  registerByName(llvm::StringRef Name, llvm::StringRef SearchPath);
+  /// Forgets a registered ifunc; messages already created still send (they
+  /// hold a reference), new CodeRequests for it are answered with
+  /// CodeUnavailable.
+  void deregister(const std::shared_ptr<const Ifunc> &F);
+  /// The registered ifunc named \p Name, or null.
+  std::shared_ptr<const Ifunc> lookup(llvm::StringRef Name) const;
+
+  /// Runs NAME_payload_bound and NAME_payload_init on \p SourceArgs.
+  llvm::Expected<Message> createMessage(std::shared_ptr<const Ifunc> F,
+                                        const void *SourceArgs,
+                                        size_t SourceArgsSize);
+
+  /// Sends \p M on \p Conn. \p Done runs (from progress()) once the
+  /// message's buffers may be reused; \p M is copied as needed.
+  void send(ConnId Conn, const Message &M,
+            llvm::unique_function<void(llvm::Error)> Done = nullptr);
+
+  /// Sends a fence; \p Done runs when the target has processed every
+  /// earlier message on \p Conn (run or rejected).
+  void fence(ConnId Conn, llvm::unique_function<void(llvm::Error)> Done);
+
+  /// Called for each Error frame a target sends back.
+  void onRemoteError(llvm::unique_function<void(const RemoteError &)> CB) {
+    RemoteErrorCB = std::move(CB);
+  }
+
+  //--- Target side ----------------------------------------------------===//
+
+  /// target_args passed to NAME_main: per ifunc name, else the default.
+  void setTargetArgs(void *Args) { Opts.TargetArgs = Args; }
+  void setTargetArgs(llvm::StringRef Name, void *Args) {
+    NamedTargetArgs[Name.str()] = Args;
+  }
+
+  /// Frees loaded code of \p Hash and forgets every code id naming it, so
+  /// senders are asked for it again on next use.
+  void evict(const ArchiveHash &Hash);
+
+  const RuntimeCounters &counters() const { return Counters; }
+
+  //--- Progress --------------------------------------------------------===//
+
+  bool progress() { return T->progress(); }
+  llvm::Error wait(int TimeoutMs) { return T->wait(TimeoutMs); }
+
+  /// Optional hooks for tools (tc-serve -v) and tests.
+  void onAccept(llvm::unique_function<void(ConnId)> CB) {
+    AcceptCB = std::move(CB);
+  }
+  void onDisconnect(llvm::unique_function<void(ConnId, llvm::StringRef)> CB) {
+    DisconnectCB = std::move(CB);
+  }
+  void onEvent(llvm::unique_function<void(llvm::StringRef)> CB) {
+    EventCB = std::move(CB);
+  }
+
+  // TransportHandler.
+  void onFrame(ConnId Conn, llvm::StringRef Header,
+               llvm::StringRef Body) override;
+  void onAccept(ConnId Conn) override;
+  void onDisconnect(ConnId Conn, llvm::StringRef Why) override;
+
+private:
+  /// A frame a target holds until its code arrives.
+  struct Pending {
+    std::string Bytes; ///< Header + body, owned; decoded again when run.
+  };
+  /// What one side knows about one connection.
+  struct Conn {
+    // As a sender.
+    std::map<ArchiveHash, uint32_t> SentCode; ///< identity -> code id
+    std::map<uint32_t, std::shared_ptr<const Ifunc>> ById;
+    uint32_t NextCodeId = 1;
+    uint32_t NextSeq = 1;
+    std::map<uint32_t, llvm::unique_function<void(llvm::Error)>> Fences;
+    // As a target.
+    std::map<uint32_t, ArchiveHash> Known; ///< code id -> identity
+    std::set<uint32_t> Requested;          ///< code ids asked for
+    std::deque<Pending> Queue;             ///< frames waiting, in order
+  };
+
+  Conn &conn(ConnId C) { return Conns[C]; }
+  void sendFrame(ConnId C, const Frame &F, std::shared_ptr<std::string> Body,
+                 llvm::unique_function<void(llvm::Error)> Done);
+  void sendError(ConnId C, const Frame &About, WireStatus S,
+                 llvm::StringRef Msg);
+  void event(const llvm::Twine &Msg);
+
+  /// Handles one frame; returns false if it must wait for code (queued).
+  bool handle(ConnId C, const Frame &F);
+  void drain(ConnId C);
+  /// Verifies, admits and loads an archive; records the code id.
+  llvm::Expected<const LoadedIfunc *> admitCode(ConnId C, const Frame &F,
+                                                WireStatus &Why);
+  void runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L);
+  void touch(const ArchiveHash &H);
+
+  std::unique_ptr<Transport> T;
+  RuntimeOptions Opts;
+  std::unique_ptr<JitEngine> Jit;
+  std::map<std::string, std::shared_ptr<const Ifunc>> Registered;
+  std::unordered_map<ConnId, Conn> Conns;
+  std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
+  std::list<ArchiveHash> LRU; ///< front: most recently used
+  std::map<std::string, void *> NamedTargetArgs;
+  RuntimeCounters Counters;
+  llvm::unique_function<void(const RemoteError &)> RemoteErrorCB;
+  llvm::unique_function<void(ConnId)> AcceptCB;
+  llvm::unique_function<void(ConnId, llvm::StringRef)> DisconnectCB;
+  llvm::unique_function<void(llvm::StringRef)> EventCB;
+};
+
+} // namespace tc
+
+#endif // TC_RUNTIME_RUNTIME_H
