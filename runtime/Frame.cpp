@@ -35,6 +35,8 @@ StringRef wireStatusName(WireStatus S) {
     return "code unavailable";
   case WireStatus::HashMismatch:
     return "hash mismatch";
+  case WireStatus::NoRegion:
+    return "no region exposed";
   }
   return "unknown status";
 }
@@ -56,9 +58,11 @@ void encodeFrameHeader(const Frame &F, std::string &H) {
   endian::write32le(P + 8, F.CodeId);
   uint32_t Word = F.Type == FrameType::Error ? uint32_t(F.Status) : F.Flags;
   endian::write32le(P + 12, Word);
-  uint64_t First = F.Type == FrameType::Invoke  ? F.Payload.size()
-                   : F.Type == FrameType::Error ? F.Message.size()
-                                                : 0;
+  uint64_t First = F.Type == FrameType::Invoke       ? F.Payload.size()
+                   : F.Type == FrameType::Error      ? F.Message.size()
+                   : F.Type == FrameType::RegionRead ? F.Length
+                   : F.Type == FrameType::RegionData ? F.Data.size()
+                                                     : 0;
   endian::write64le(P + 16, First);
   if (Code) {
     std::copy(F.Hash.begin(), F.Hash.end(), P + 24);
@@ -75,6 +79,8 @@ std::string encodeFrame(const Frame &F) {
     Out += F.Archive;
   if (F.Type == FrameType::Error)
     Out += F.Message;
+  if (F.Type == FrameType::RegionData)
+    Out += F.Data;
   return Out;
 }
 
@@ -95,7 +101,7 @@ Expected<size_t> frameHeaderSize(StringRef B) {
                                      uint8_t(B[2]), FrameVersion)
                                  .str());
   uint8_t Type = uint8_t(B[3]);
-  if (Type < uint8_t(FrameType::Invoke) || Type > uint8_t(FrameType::FenceDone))
+  if (Type < uint8_t(FrameType::Invoke) || Type > uint8_t(FrameType::RegionData))
     return malformed(formatv("unknown frame type {0}", Type));
   bool Code = Type == uint8_t(FrameType::Code) ||
               (Type == uint8_t(FrameType::Invoke) &&
@@ -132,12 +138,22 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     break;
   case FrameType::Error:
     if (Word < uint32_t(WireStatus::MalformedFrame) ||
-        Word > uint32_t(WireStatus::HashMismatch))
+        Word > uint32_t(WireStatus::NoRegion))
       return malformed(formatv("unknown error status {0}", Word));
     F.Status = WireStatus(Word);
     if (First > MaxErrorMessage)
       return malformed(formatv("error message of {0} bytes (limit {1})", First,
                                MaxErrorMessage));
+    break;
+  case FrameType::RegionRead:
+    if (Word != 0)
+      return malformed("region read with non-zero flags");
+    F.Length = First;
+    First = 0; // No body: the length is what is asked for.
+    break;
+  case FrameType::RegionData:
+    if (Word != 0)
+      return malformed("region data with non-zero flags");
     break;
   default:
     if (Word != 0 || First != 0)
@@ -155,6 +171,8 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     F.Payload = Body.take_front(First);
   else if (F.Type == FrameType::Error)
     F.Message = Body.take_front(First);
+  else if (F.Type == FrameType::RegionData)
+    F.Data = Body.take_front(First);
   F.Archive = Body.drop_front(First);
   return F;
 }

@@ -32,6 +32,8 @@ enum class FrameType : uint8_t {
   Error = 4,       ///< target -> sender: a message was dropped, and why.
   Fence = 5,       ///< sender -> target: reply once all earlier are done.
   FenceDone = 6,   ///< target -> sender: the fence's reply.
+  RegionRead = 7,  ///< sender -> target: read the target's exposed region.
+  RegionData = 8,  ///< target -> sender: the bytes read.
 };
 
 /// Flags of an Invoke frame.
@@ -52,6 +54,7 @@ enum class WireStatus : uint32_t {
   PolicyRefused = 8,
   CodeUnavailable = 9, ///< Code id unknown and the sender no longer has it.
   HashMismatch = 10,   ///< The archive does not hash to the frame's hash.
+  NoRegion = 11,       ///< RegionRead, but the target exposes no region.
 };
 
 /// A decoded frame. Views point into the decoded bytes.
@@ -65,6 +68,8 @@ struct Frame {
   llvm::StringRef Archive; ///< Code, and Invoke with FrameHasCode.
   WireStatus Status = WireStatus::MalformedFrame; ///< Error.
   llvm::StringRef Message;                        ///< Error.
+  uint64_t Length = 0;  ///< RegionRead: bytes wanted.
+  llvm::StringRef Data; ///< RegionData.
 };
 
 /// Size of the fixed header of each type; the variable part follows.
@@ -73,7 +78,7 @@ constexpr size_t FrameCodeHeaderSize = FrameHeaderSize + 32 + 8;
 
 /// Encodes \p F's header (the active message header) into \p Header. The
 /// body that goes with it is Payload then Archive (Invoke, Code) or Message
-/// (Error).
+/// (Error) or Data (RegionData).
 void encodeFrameHeader(const Frame &F, std::string &Header);
 
 /// Encodes a whole frame (header then body) into one buffer.

@@ -200,6 +200,28 @@ void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   });
 }
 
+void Runtime::readRegion(ConnId C, uint64_t Length,
+                         unique_function<void(Expected<std::string>)> Done) {
+  Conn &S = conn(C);
+  Frame F;
+  F.Type = FrameType::RegionRead;
+  F.Seq = S.NextSeq++;
+  F.Length = Length;
+  S.Reads[F.Seq] = std::move(Done);
+  sendFrame(C, F, nullptr, [this, C, Seq = F.Seq](Error E) {
+    if (!E)
+      return;
+    auto It = Conns.find(C);
+    if (It == Conns.end() || !It->second.Reads.count(Seq)) {
+      consumeError(std::move(E));
+      return;
+    }
+    auto Done = std::move(It->second.Reads[Seq]);
+    It->second.Reads.erase(Seq);
+    Done(std::move(E));
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // Target side
 //===----------------------------------------------------------------------===//
@@ -382,6 +404,21 @@ bool Runtime::handle(ConnId C, const Frame &F) {
     sendFrame(C, R, nullptr, nullptr);
     return true;
   }
+  case FrameType::RegionRead: {
+    if (!Opts.Region) {
+      sendError(C, F, WireStatus::NoRegion, "this target exposes no region");
+      return true;
+    }
+    Frame R;
+    R.Type = FrameType::RegionData;
+    R.Seq = F.Seq;
+    auto Body = std::make_shared<std::string>(
+        static_cast<const char *>(Opts.Region),
+        std::min<uint64_t>(F.Length, Opts.RegionSize));
+    R.Data = *Body;
+    sendFrame(C, R, std::move(Body), nullptr);
+    return true;
+  }
   default:
     return true;
   }
@@ -429,6 +466,7 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
   switch (F.Type) {
   case FrameType::Invoke:
   case FrameType::Fence:
+  case FrameType::RegionRead:
     if (!S.Queue.empty() || !handle(C, F)) {
       Pending P;
       P.Bytes = Header.str() + Body.str();
@@ -498,9 +536,25 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
       drain(C);
       return;
     }
+    if (auto R = S.Reads.find(F.Seq); R != S.Reads.end()) {
+      auto Done = std::move(R->second);
+      S.Reads.erase(R);
+      Done(createStringError("target: " + wireStatusName(F.Status) + ": " +
+                             F.Message));
+      return;
+    }
     RemoteError RE{C, F.Seq, F.Status, F.Message.str()};
     if (RemoteErrorCB)
       RemoteErrorCB(RE);
+    return;
+  }
+  case FrameType::RegionData: {
+    auto It = S.Reads.find(F.Seq);
+    if (It == S.Reads.end())
+      return;
+    auto Done = std::move(It->second);
+    S.Reads.erase(It);
+    Done(F.Data.str());
     return;
   }
   case FrameType::FenceDone: {
@@ -527,10 +581,13 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
   auto It = Conns.find(C);
   if (It != Conns.end()) {
     auto Fences = std::move(It->second.Fences);
+    auto Reads = std::move(It->second.Reads);
     Conns.erase(It);
     for (auto &KV : Fences)
       if (KV.second)
         KV.second(createStringError("connection closed: " + Why));
+    for (auto &KV : Reads)
+      KV.second(createStringError("connection closed: " + Why));
   }
   event(formatv("connection {0} closed: {1}", C, Why));
   if (DisconnectCB)

@@ -83,6 +83,9 @@ struct RuntimeOptions {
   std::set<ArchiveHash> AllowedHashes;
   /// Default target_args for every ifunc (see setTargetArgs).
   void *TargetArgs = nullptr;
+  /// A memory region connected senders may read (RegionRead frames).
+  const void *Region = nullptr;
+  size_t RegionSize = 0;
 };
 
 /// An error a target sent back about one of our messages.
@@ -135,6 +138,12 @@ public:
   /// earlier message on \p Conn (run or rejected).
   void fence(ConnId Conn, llvm::unique_function<void(llvm::Error)> Done);
 
+  /// Reads up to \p Length bytes of the target's exposed region. The read
+  /// is ordered after every earlier message on \p Conn, so its reply also
+  /// says those have been processed.
+  void readRegion(ConnId Conn, uint64_t Length,
+                  llvm::unique_function<void(llvm::Expected<std::string>)> Done);
+
   /// Called for each Error frame a target sends back.
   void onRemoteError(llvm::unique_function<void(const RemoteError &)> CB) {
     RemoteErrorCB = std::move(CB);
@@ -144,6 +153,10 @@ public:
 
   /// target_args passed to NAME_main: per ifunc name, else the default.
   void setTargetArgs(void *Args) { Opts.TargetArgs = Args; }
+  void setRegion(const void *Region, size_t Size) {
+    Opts.Region = Region;
+    Opts.RegionSize = Size;
+  }
   void setTargetArgs(llvm::StringRef Name, void *Args) {
     NamedTargetArgs[Name.str()] = Args;
   }
@@ -189,6 +202,9 @@ private:
     uint32_t NextCodeId = 1;
     uint32_t NextSeq = 1;
     std::map<uint32_t, llvm::unique_function<void(llvm::Error)>> Fences;
+    std::map<uint32_t,
+             llvm::unique_function<void(llvm::Expected<std::string>)>>
+        Reads;
     // As a target.
     std::map<uint32_t, ArchiveHash> Known; ///< code id -> identity
     std::set<uint32_t> Requested;          ///< code ids asked for

@@ -44,7 +44,7 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
   std::mt19937_64 Rng(5);
   for (int I = 0; I < 2000; ++I) {
     Frame F;
-    F.Type = FrameType(1 + Rng() % 6);
+    F.Type = FrameType(1 + Rng() % 8);
     F.Seq = uint32_t(Rng());
     F.CodeId = uint32_t(Rng());
     std::string Payload(Rng() % 300, char(Rng()));
@@ -63,9 +63,13 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
     else
       F.Hash = {};
     if (F.Type == FrameType::Error) {
-      F.Status = WireStatus(1 + Rng() % 10);
+      F.Status = WireStatus(1 + Rng() % 11);
       F.Message = Msg;
     }
+    if (F.Type == FrameType::RegionRead)
+      F.Length = Rng();
+    if (F.Type == FrameType::RegionData)
+      F.Data = Payload;
     std::string B = encodeFrame(F);
     auto D = decodeFrame(B);
     ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
@@ -77,6 +81,8 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
     EXPECT_EQ(D->Payload, F.Payload);
     EXPECT_EQ(D->Archive, F.Archive);
     EXPECT_EQ(D->Message, F.Message);
+    EXPECT_EQ(D->Length, F.Length);
+    EXPECT_EQ(D->Data, F.Data);
     if (F.Type == FrameType::Error)
       EXPECT_EQ(D->Status, F.Status);
     EXPECT_EQ(encodeFrame(*D), B);
