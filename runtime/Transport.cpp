@@ -1,0 +1,10 @@
+//===- Transport.cpp - Out-of-line anchors of the transport interface -----===//
+
+#include "Transport.h"
+
+namespace tc {
+
+TransportHandler::~TransportHandler() = default;
+Transport::~Transport() = default;
+
+} // namespace tc

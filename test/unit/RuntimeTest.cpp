@@ -1,0 +1,300 @@
+//===- RuntimeTest.cpp - The protocol engine over the loopback seam -------===//
+//
+// Two Runtimes in one process joined by the loopback transport: one sends,
+// one runs. Each test drives both until a condition holds or a step limit
+// is reached (no sleeps, no timeouts to tune).
+//
+//===----------------------------------------------------------------------===//
+
+#include "IfuncIR.h"
+#include "Runtime.h"
+
+#include "gtest/gtest.h"
+
+#include <cstring>
+#include <functional>
+
+using namespace tc;
+using namespace tc::test;
+
+namespace {
+
+struct Pair {
+  std::shared_ptr<LoopbackHub> Hub = createLoopbackHub();
+  std::unique_ptr<Runtime> Source, Target;
+  ConnId Conn = 0;
+  uint64_t Counter = 0;
+  std::vector<RemoteError> Errors;
+
+  explicit Pair(RuntimeOptions TargetOpts = {}) {
+    auto S = Runtime::create(createLoopbackTransport(Hub));
+    auto T = Runtime::create(createLoopbackTransport(Hub), TargetOpts);
+    EXPECT_TRUE(S && T);
+    Source = std::move(*S);
+    Target = std::move(*T);
+    Target->setTargetArgs(&Counter);
+    auto Port = Target->transport().listen("target", 1);
+    EXPECT_TRUE(!!Port);
+    auto C = Source->transport().connect("target", 1);
+    EXPECT_TRUE(!!C);
+    Conn = *C;
+    Source->onRemoteError([this](const RemoteError &E) { Errors.push_back(E); });
+  }
+
+  /// Progresses both sides until \p Done or 10000 rounds.
+  bool runUntil(const std::function<bool()> &Done) {
+    for (int I = 0; I < 10000; ++I) {
+      if (Done())
+        return true;
+      Source->progress();
+      if (Target)
+        Target->progress();
+    }
+    return Done();
+  }
+
+  std::shared_ptr<const Ifunc> reg(const std::string &Bytes) {
+    auto F = Source->registerArchive(Bytes);
+    EXPECT_TRUE(!!F) << (F ? "" : llvm::toString(F.takeError()));
+    return F ? *F : nullptr;
+  }
+
+  void send(const std::shared_ptr<const Ifunc> &F, uint64_t Arg) {
+    auto M = Source->createMessage(F, &Arg, sizeof(Arg));
+    ASSERT_TRUE(!!M) << llvm::toString(M.takeError());
+    Source->send(Conn, *M);
+  }
+
+  /// Sends a fence and waits for its reply.
+  bool fence() {
+    bool Done = false;
+    Source->fence(Conn, [&](llvm::Error E) {
+      EXPECT_FALSE(!!E);
+      llvm::consumeError(std::move(E));
+      Done = true;
+    });
+    return runUntil([&] { return Done; });
+  }
+};
+
+TEST(Runtime, CodeTravelsOncePerConnection) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  for (int I = 1; I <= 5; ++I)
+    P.send(F, I);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 15u);
+  const RuntimeCounters &C = P.Target->counters();
+  EXPECT_EQ(C.Received, 5u);
+  EXPECT_EQ(C.Executed, 5u);
+  EXPECT_EQ(C.CodeFrames, 1u);
+  EXPECT_EQ(C.CacheHits, 4u);
+  EXPECT_EQ(C.Compiles, 1u);
+  EXPECT_TRUE(P.Errors.empty());
+}
+
+TEST(Runtime, ShippedArchiveHasNoSourceMember) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  auto A = readArchive(llvm::MemoryBufferRef(F->Bytes, "shipped"));
+  ASSERT_TRUE(!!A);
+  for (const Member &M : A->Members)
+    EXPECT_EQ(M.TheRole, Role::Target);
+  EXPECT_EQ(A->Hash, F->Hash);
+}
+
+TEST(Runtime, EvictedCodeIsRequestedAgainAndNoMessageIsLost) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(F, 1);
+  ASSERT_TRUE(P.fence());
+  P.Target->evict(F->Hash);
+  for (int I = 0; I < 3; ++I)
+    P.send(F, 10);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 31u);
+  EXPECT_EQ(P.Target->counters().CodeRequests, 1u);
+  EXPECT_EQ(P.Target->counters().Compiles, 2u);
+  EXPECT_EQ(P.Target->counters().Executed, 4u);
+}
+
+TEST(Runtime, BoundedCacheEvictsLeastRecentlyUsed) {
+  RuntimeOptions O;
+  O.MaxLoaded = 1;
+  Pair P(O);
+  auto A = P.reg(ifuncArchive("a", adderIR("a", 1)));
+  auto B = P.reg(ifuncArchive("b", adderIR("b", 100)));
+  P.send(A, 0);
+  P.send(B, 0);
+  P.send(A, 0); // A was evicted by B: asked for again, then runs.
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 102u);
+  EXPECT_EQ(P.Target->counters().Evictions, 2u);
+  EXPECT_EQ(P.Target->jit().size(), 1u);
+}
+
+TEST(Runtime, ChangedCodeUnderTheSameNameNeverRunsStale) {
+  Pair P;
+  auto V1 = P.reg(ifuncArchive("inc", adderIR("inc", 1)));
+  P.send(V1, 0);
+  ASSERT_TRUE(P.fence());
+  auto V2 = P.reg(ifuncArchive("inc", adderIR("inc", 1000)));
+  ASSERT_NE(V1->Hash, V2->Hash);
+  EXPECT_EQ(P.Source->lookup("inc"), V2);
+  P.send(V2, 0);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 1001u);
+  EXPECT_EQ(P.Target->counters().CodeFrames, 2u);
+}
+
+TEST(Runtime, MalformedFrameIsReportedAndTheTargetKeepsServing) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  bool Sent = false;
+  P.Source->transport().send(P.Conn, "not a frame header at all", "",
+                             [&](llvm::Error E) {
+                               llvm::consumeError(std::move(E));
+                               Sent = true;
+                             });
+  P.send(F, 5);
+  ASSERT_TRUE(P.fence());
+  EXPECT_TRUE(Sent);
+  EXPECT_EQ(P.Counter, 5u);
+  ASSERT_EQ(P.Errors.size(), 1u);
+  EXPECT_EQ(P.Errors[0].Status, WireStatus::MalformedFrame);
+  EXPECT_EQ(P.Errors[0].Message,
+            "malformed frame: bad magic 6e6f (expected 7463)");
+  EXPECT_EQ(P.Target->counters().Errors.at(WireStatus::MalformedFrame), 1u);
+}
+
+TEST(Runtime, MissingSymbolIsReportedToTheSender) {
+  Pair P;
+  auto Bad = P.reg(ifuncArchive("bad", R"(
+declare void @tc_nowhere_to_be_found()
+define void @bad_main(ptr %p, i64 %n, ptr %t) {
+  call void @tc_nowhere_to_be_found()
+  ret void
+})"));
+  auto Good = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(Bad, 0);
+  P.send(Good, 2);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 2u);
+  ASSERT_EQ(P.Errors.size(), 1u);
+  EXPECT_EQ(P.Errors[0].Status, WireStatus::MissingSymbol);
+  EXPECT_EQ(P.Errors[0].Seq, 1u);
+  EXPECT_NE(P.Errors[0].Message.find("symbol 'tc_nowhere_to_be_found'"),
+            std::string::npos);
+}
+
+TEST(Runtime, AllowListRefusesOtherCode) {
+  RuntimeOptions O;
+  O.AllowedHashes.insert(ArchiveHash{}); // Nothing real hashes to zeros.
+  Pair P(O);
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(F, 1);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 0u);
+  ASSERT_EQ(P.Errors.size(), 1u);
+  EXPECT_EQ(P.Errors[0].Status, WireStatus::PolicyRefused);
+}
+
+TEST(Runtime, TwoIfuncsWithTheSameHelperName) {
+  Pair P;
+  auto Helper = [](const std::string &Name, int K) {
+    return "define i64 @step(i64 %x) {\n  %y = add i64 %x, " +
+           std::to_string(K) + "\n  ret i64 %y\n}\n" + "define void @" + Name +
+           "_main(ptr %p, i64 %n, ptr %t) {\n  %v = load i64, ptr %t\n"
+           "  %w = call i64 @step(i64 %v)\n  store i64 %w, ptr %t\n"
+           "  ret void\n}\n";
+  };
+  auto A = P.reg(ifuncArchive("a", Helper("a", 1)));
+  auto B = P.reg(ifuncArchive("b", Helper("b", 10)));
+  P.send(A, 0);
+  P.send(B, 0);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 11u);
+}
+
+TEST(Runtime, DeregisteredCodeIsStillServedForMessagesAlreadySent) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(F, 1);
+  ASSERT_TRUE(P.fence());
+  P.Target->evict(F->Hash);
+  P.send(F, 1);
+  P.Source->deregister(F);
+  EXPECT_EQ(P.Source->lookup("add"), nullptr);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 2u);
+}
+
+TEST(Runtime, RegionReadIsOrderedAfterEarlierMessages) {
+  Pair P;
+  uint64_t Region[2] = {0, 0};
+  P.Target->setTargetArgs(Region);
+  P.Target->setRegion(Region, sizeof(Region));
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(F, 7);
+  P.send(F, 8);
+  std::string Got;
+  bool Done = false;
+  P.Source->readRegion(P.Conn, 100, [&](llvm::Expected<std::string> D) {
+    ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
+    Got = *D;
+    Done = true;
+  });
+  ASSERT_TRUE(P.runUntil([&] { return Done; }));
+  ASSERT_EQ(Got.size(), sizeof(Region)); // Capped at the region's size.
+  uint64_t First;
+  std::memcpy(&First, Got.data(), 8);
+  EXPECT_EQ(First, 15u);
+}
+
+TEST(Runtime, RegionReadWithoutARegionFails) {
+  Pair P;
+  std::string Err;
+  P.Source->readRegion(P.Conn, 8, [&](llvm::Expected<std::string> D) {
+    Err = D ? "<no error>" : llvm::toString(D.takeError());
+  });
+  ASSERT_TRUE(P.runUntil([&] { return !Err.empty(); }));
+  EXPECT_EQ(Err, "target: no region exposed: this target exposes no region");
+}
+
+TEST(Runtime, DisconnectFailsPendingFences) {
+  Pair P;
+  std::string Err;
+  P.Source->fence(P.Conn, [&](llvm::Error E) {
+    Err = E ? llvm::toString(std::move(E)) : "<no error>";
+  });
+  P.Target.reset();
+  ASSERT_TRUE(P.runUntil([&] { return !Err.empty(); }));
+  EXPECT_EQ(Err, "connection closed: peer closed the connection");
+}
+
+TEST(Runtime, PayloadInitErrorsAreReported) {
+  Pair P;
+  Archive A;
+  A.Name = "neg";
+  A.Members.push_back(hostMember(adderIR("neg", 1)));
+  A.Members.push_back(hostMember(R"(
+define i64 @neg_payload_bound(ptr %a, i64 %n) { ret i64 4 }
+define i32 @neg_payload_init(ptr %a, i64 %n, ptr %p, ptr %s) {
+  store i64 99, ptr %s
+  ret i32 0
+})",
+                                 Role::Source));
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  auto F = P.reg(Bytes->str().str());
+  uint64_t X = 0;
+  auto M = P.Source->createMessage(F, &X, 8);
+  ASSERT_FALSE(!!M);
+  EXPECT_EQ(llvm::toString(M.takeError()),
+            "ifunc 'neg': neg_payload_init wrote 99 bytes, more than the "
+            "bound of 4");
+}
+
+} // namespace
