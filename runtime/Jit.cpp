@@ -113,18 +113,19 @@ static Expected<std::string> resolveDep(StringRef Dep,
                            Dep.str().c_str());
 }
 
-Error JitEngine::addDeps(const Archive &A, JITDylib &JD) {
+Error JitEngine::addDeps(ArrayRef<std::string> Deps, StringRef Name,
+                         JITDylib &JD) {
   char Prefix = J->getDataLayout().getGlobalPrefix();
-  for (const std::string &Dep : A.Deps) {
+  for (const std::string &Dep : Deps) {
     Expected<std::string> Path = resolveDep(Dep, Opts.DepDirs);
     if (!Path)
       return make_error<LoadError>(
           LoadFailure::PolicyRefused,
-          "ifunc '" + A.Name + "': " + toString(Path.takeError()));
+          "ifunc '" + Name.str() + "': " + toString(Path.takeError()));
     auto G = DynamicLibrarySearchGenerator::Load(Path->c_str(), Prefix);
     if (!G)
       return createStringError("ifunc '%s': cannot load dependency '%s': %s",
-                               A.Name.c_str(), Dep.c_str(),
+                               Name.str().c_str(), Dep.c_str(),
                                toString(G.takeError()).c_str());
     JD.addGenerator(std::move(*G));
   }
@@ -239,9 +240,14 @@ Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode,
     consumeError(J->getExecutionSession().removeJITDylib(*JD));
     return std::move(E);
   };
-  if (Error E = addDeps(A, *JD))
+  // Deps are what the *target* must load; source code (payload_init) runs
+  // in the sending process with what that process has.
+  if (Error E = addDeps(R == Role::Target ? A.Deps : std::vector<std::string>(),
+                        A.Name, *JD))
     return Fail(loadError(LoadFailure::DepLoadFailed, std::move(E)));
-  if (Error E = checkSymbolsResolve(M->Symbols, A.Deps, A.Name))
+  if (Error E = checkSymbolsResolve(
+          M->Symbols, R == Role::Target ? A.Deps : std::vector<std::string>(),
+          A.Name))
     return Fail(loadError(LoadFailure::MissingSymbol, std::move(E)));
   Expected<LoadedIfunc> L = compile(A, *M, *JD);
   if (!L)

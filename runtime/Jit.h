@@ -120,7 +120,8 @@ private:
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
                                       llvm::orc::JITDylib &JD);
   using Key = std::pair<ArchiveHash, Role>;
-  llvm::Error addDeps(const Archive &A, llvm::orc::JITDylib &JD);
+  llvm::Error addDeps(llvm::ArrayRef<std::string> Deps, llvm::StringRef Name,
+                      llvm::orc::JITDylib &JD);
 
   std::unique_ptr<llvm::orc::LLJIT> J;
   std::string Triple, CPU;

@@ -18,7 +18,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
 tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
-tools = ["tc-ar", "tc-cc", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
+tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
     tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
@@ -34,6 +34,15 @@ config.substitutions.append(("%python", '"%s"' % config.python_executable))
 config.substitutions.append(("%tc_src", config.tc_src_root))
 
 config.substitutions.append(("%tc_obj", config.tc_obj_root))
+import subprocess
+host_triple = subprocess.check_output(
+    [os.path.join(config.llvm_tools_dir, "llvm-config"), "--host-target"],
+    text=True).strip()
+config.substitutions.append(("%host_triple", host_triple))
+config.substitutions.append(("%with_server", '"%s" "%s"' % (
+    config.python_executable,
+    os.path.join(config.test_source_root, "runtime", "Inputs",
+                 "with-server.py"))))
 if os.path.exists(os.path.join(config.tc_tools_dir, "tc-cc")):
     config.available_features.add("tc-cc")
 

@@ -1,0 +1,195 @@
+/**
+ * @file tc.h
+ * @brief libtc: ship injected functions (ifuncs) to where the data is.
+ *
+ * A source process registers an ifunc from its fat archive (built by tc-cc),
+ * creates messages (the ifunc's payload_init fills the payload) and sends
+ * them to endpoints. A target process runs a worker: each arriving message
+ * runs NAME_main(payload, payload_size, target_args) there, after the code
+ * was JIT-compiled for the target's CPU on first contact. The archive
+ * travels once per (endpoint, code identity); later messages carry a 24-byte
+ * header and the payload.
+ *
+ * Conventions follow UCX: opaque handles end in _h; parameter structs have a
+ * field_mask naming the fields that are set (others are never read); outputs
+ * come last with a _p suffix and are written only on TC_OK; every create has
+ * a destroy.
+ *
+ * Threads: a worker and everything created from it (endpoints, ifuncs,
+ * messages) belong to the thread that calls tc_worker_progress() /
+ * tc_worker_wait() on it; call them only from that thread, or from ifunc
+ * code running on it (an ifunc may create and send messages, which is how
+ * a pointer chase forwards itself). Different workers may be used from
+ * different threads concurrently. Contexts may be shared; create and destroy
+ * them from one thread.
+ */
+#ifndef TC_TC_H
+#define TC_TC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TC_BIT(i) (1ull << (i))
+
+/** Status codes. Negative values are errors; never renumbered. */
+typedef enum {
+    TC_OK                   = 0,
+    TC_INPROGRESS           = 1,   /**< Started; a callback reports the end. */
+    TC_ERR_INVALID_PARAM    = -1,
+    TC_ERR_NO_MEMORY        = -2,
+    TC_ERR_NOT_FOUND        = -3,  /**< No such ifunc in the search path. */
+    TC_ERR_BAD_ARCHIVE      = -4,  /**< Archive malformed or not runnable here. */
+    TC_ERR_IO               = -5,  /**< Transport failure. */
+    TC_ERR_UNREACHABLE      = -6,  /**< Could not connect or listen. */
+    TC_ERR_CONNECTION_RESET = -7,  /**< The peer went away. */
+    TC_ERR_PAYLOAD          = -8,  /**< payload_bound/payload_init failed. */
+    TC_ERR_REMOTE           = -9,  /**< The target rejected a message. */
+    TC_ERR_TIMED_OUT        = -10,
+    TC_ERR_LAST             = -11
+} tc_status_t;
+
+typedef struct tc_context *tc_context_h; /**< Configuration and JIT state. */
+typedef struct tc_worker  *tc_worker_h;  /**< A progress engine + transport. */
+typedef struct tc_ep      *tc_ep_h;      /**< A connection to a peer worker. */
+typedef struct tc_ifunc   *tc_ifunc_h;   /**< A registered ifunc. */
+typedef struct tc_msg     *tc_msg_h;     /**< A message of one ifunc. */
+
+/** How targets run code. */
+typedef enum {
+    TC_EXEC_AUTO    = 0, /**< JIT bitcode; link an object if no bitcode. */
+    TC_EXEC_BITCODE = 1, /**< JIT-compile a bitcode member, tuned to the CPU. */
+    TC_EXEC_OBJECT  = 2  /**< Link a native object member, no code generation. */
+} tc_exec_mode_t;
+
+enum tc_context_params_field {
+    TC_CONTEXT_PARAM_FIELD_IFUNC_PATH = TC_BIT(0),
+    TC_CONTEXT_PARAM_FIELD_EXEC_MODE  = TC_BIT(1),
+    TC_CONTEXT_PARAM_FIELD_MAX_LOADED = TC_BIT(2),
+    TC_CONTEXT_PARAM_FIELD_DEP_DIRS   = TC_BIT(3),
+    TC_CONTEXT_PARAM_FIELD_ALLOW      = TC_BIT(4)
+};
+
+typedef struct tc_context_params {
+    uint64_t       field_mask;  /**< Which fields below are set. */
+    /** ':'-separated directories searched for NAME.tcfb; default: the
+     *  TC_IFUNC_PATH environment variable, else ".". */
+    const char    *ifunc_path;
+    tc_exec_mode_t exec_mode;   /**< Default TC_EXEC_AUTO. */
+    size_t         max_loaded;  /**< Most code identities loaded; 0: no limit. */
+    /** ':'-separated directories a target may load deps from; default: any. */
+    const char    *dep_dirs;
+    /** Allowed archive hashes (32 bytes each); only these run on targets. */
+    const uint8_t (*allow_hashes)[32];
+    size_t         allow_count;
+} tc_context_params_t;
+
+enum tc_worker_params_field {
+    TC_WORKER_PARAM_FIELD_TARGET_ARGS = TC_BIT(0),
+    TC_WORKER_PARAM_FIELD_ERROR_CB    = TC_BIT(1)
+};
+
+/** Called on the source when a target rejected one of its messages. */
+typedef void (*tc_remote_error_cb_t)(void *arg, tc_ep_h ep, uint32_t seq,
+                                     tc_status_t status, const char *message);
+
+typedef struct tc_worker_params {
+    uint64_t             field_mask;
+    void                *target_args; /**< Default target_args for NAME_main. */
+    tc_remote_error_cb_t error_cb;    /**< Errors targets send back. */
+    void                *error_arg;
+} tc_worker_params_t;
+
+/** Completion of a send or flush. */
+typedef void (*tc_send_cb_t)(void *arg, tc_status_t status);
+
+/** Target-side counters. */
+typedef struct tc_worker_stats {
+    uint64_t received;       /**< Messages that arrived. */
+    uint64_t executed;       /**< NAME_main calls. */
+    uint64_t code_frames;    /**< Arrivals that carried an archive. */
+    uint64_t cache_hits;     /**< Messages whose code was already loaded. */
+    uint64_t compiles;       /**< JIT compiles or object links. */
+    double   compile_ms;     /**< Their total time. */
+    uint64_t code_requests;  /**< Times this target asked a sender for code. */
+    uint64_t evictions;
+    uint64_t errors;         /**< Messages dropped (all kinds). */
+    uint64_t errors_received;/**< Rejections this worker got as a sender. */
+} tc_worker_stats_t;
+
+const char *tc_status_string(tc_status_t status);
+
+/** @brief Create a context. */
+tc_status_t tc_context_create(const tc_context_params_t *params,
+                              tc_context_h *context_p);
+void        tc_context_destroy(tc_context_h context);
+
+/** @brief Create a worker with its own UCX worker and JIT. */
+tc_status_t tc_worker_create(tc_context_h context,
+                             const tc_worker_params_t *params,
+                             tc_worker_h *worker_p);
+void        tc_worker_destroy(tc_worker_h worker);
+
+/** @brief Busy-poll: make progress; returns non-zero if anything happened. */
+int         tc_worker_progress(tc_worker_h worker);
+/** @brief Block until there may be work or @p timeout_ms passes (-1: none);
+ *  an idle worker costs no CPU. Call tc_worker_progress() afterwards. */
+tc_status_t tc_worker_wait(tc_worker_h worker, int timeout_ms);
+
+/** @brief Accept connections on @p host : @p port (0: any free port). */
+tc_status_t tc_worker_listen(tc_worker_h worker, const char *host,
+                             uint16_t port, uint16_t *port_p);
+/** @brief This worker's address, for bootstrap by your own launcher. */
+tc_status_t tc_worker_get_address(tc_worker_h worker, void **address_p,
+                                  size_t *length_p);
+void        tc_worker_release_address(tc_worker_h worker, void *address);
+
+/** @brief target_args for NAME_main of ifunc @p name (NULL: every ifunc). */
+tc_status_t tc_worker_set_target_args(tc_worker_h worker, const char *name,
+                                      void *target_args);
+tc_status_t tc_worker_query_stats(tc_worker_h worker,
+                                  tc_worker_stats_t *stats_p);
+
+/** @brief Connect to a listening worker. */
+tc_status_t tc_ep_connect(tc_worker_h worker, const char *host, uint16_t port,
+                          tc_ep_h *ep_p);
+/** @brief Connect by an address from tc_worker_get_address(). */
+tc_status_t tc_ep_connect_address(tc_worker_h worker, const void *address,
+                                  size_t length, tc_ep_h *ep_p);
+/** @brief Non-blocking flush: @p cb runs once the target has processed
+ *  (run or rejected) every message sent on @p ep before this call. */
+tc_status_t tc_ep_flush_nb(tc_ep_h ep, tc_send_cb_t cb, void *arg);
+/** @brief Flush, progressing the worker until done or @p timeout_ms. */
+tc_status_t tc_ep_flush(tc_ep_h ep, int timeout_ms);
+void        tc_ep_destroy(tc_ep_h ep);
+
+/** @brief Register NAME from NAME.tcfb in the context's ifunc path. */
+tc_status_t tc_ifunc_register(tc_worker_h worker, const char *name,
+                              tc_ifunc_h *ifunc_p);
+/** @brief Register from an archive in memory (copied). */
+tc_status_t tc_ifunc_register_archive(tc_worker_h worker, const void *archive,
+                                      size_t size, tc_ifunc_h *ifunc_p);
+/** @brief The archive hash (32 bytes): the code's identity. */
+const uint8_t *tc_ifunc_hash(tc_ifunc_h ifunc);
+void        tc_ifunc_deregister(tc_ifunc_h ifunc);
+
+/** @brief Create a message: runs NAME_payload_bound and NAME_payload_init
+ *  on @p source_args. */
+tc_status_t tc_msg_create(tc_ifunc_h ifunc, const void *source_args,
+                          size_t source_args_size, tc_msg_h *msg_p);
+/** @brief The message's payload, writable until the message is sent. */
+void       *tc_msg_payload(tc_msg_h msg, size_t *size_p);
+/** @brief Send @p msg on @p ep. Returns TC_INPROGRESS and later calls @p cb
+ *  (may be NULL) from tc_worker_progress(); the message may be sent again
+ *  or freed right after this call returns. */
+tc_status_t tc_msg_send(tc_ep_h ep, tc_msg_h msg, tc_send_cb_t cb, void *arg);
+void        tc_msg_free(tc_msg_h msg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TC_TC_H */

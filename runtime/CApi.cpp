@@ -1,0 +1,453 @@
+//===- CApi.cpp - libtc's C API over the C++ runtime ----------------------===//
+//
+// Handles wrap the C++ objects; fail() is the one place an llvm::Error
+// becomes a tc_status_t, and the one place errors are logged (to stderr,
+// as `tc: error: ...`). Outputs are written only on TC_OK.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tc/tc.h"
+
+#include "Runtime.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <new>
+
+using namespace tc;
+
+struct tc_context {
+  RuntimeOptions Opts;
+  std::string IfuncPath;
+};
+
+struct tc_ep {
+  tc_worker *W;
+  ConnId Conn;
+};
+
+struct tc_worker {
+  tc_context *Ctx = nullptr;
+  std::unique_ptr<Runtime> RT;
+  std::map<ConnId, tc_ep *> Eps;
+  tc_remote_error_cb_t ErrorCB = nullptr;
+  void *ErrorArg = nullptr;
+};
+
+struct tc_ifunc {
+  tc_worker *W;
+  std::shared_ptr<const Ifunc> F;
+};
+
+struct tc_msg {
+  Message M;
+};
+
+namespace {
+
+/// The one place errors become status codes and get logged.
+tc_status_t fail(tc_status_t S, llvm::Error E) {
+  llvm::errs() << "tc: error: " << llvm::toString(std::move(E)) << "\n";
+  return S;
+}
+
+tc_status_t fail(tc_status_t S, const char *What) {
+  return fail(S, llvm::createStringError(What));
+}
+
+tc_status_t fromWire(WireStatus S) {
+  switch (S) {
+  case WireStatus::BadArchive:
+  case WireStatus::NoMember:
+  case WireStatus::HashMismatch:
+    return TC_ERR_BAD_ARCHIVE;
+  default:
+    return TC_ERR_REMOTE;
+  }
+}
+
+std::vector<std::string> splitPath(const char *P) {
+  std::vector<std::string> Out;
+  llvm::SmallVector<llvm::StringRef, 4> Parts;
+  llvm::StringRef(P).split(Parts, ':', -1, false);
+  for (llvm::StringRef S : Parts)
+    Out.push_back(S.str());
+  return Out;
+}
+
+} // namespace
+
+extern "C" {
+
+const char *tc_status_string(tc_status_t S) {
+  switch (S) {
+  case TC_OK:
+    return "success";
+  case TC_INPROGRESS:
+    return "operation in progress";
+  case TC_ERR_INVALID_PARAM:
+    return "invalid parameter";
+  case TC_ERR_NO_MEMORY:
+    return "out of memory";
+  case TC_ERR_NOT_FOUND:
+    return "ifunc not found";
+  case TC_ERR_BAD_ARCHIVE:
+    return "bad or unusable archive";
+  case TC_ERR_IO:
+    return "input/output error";
+  case TC_ERR_UNREACHABLE:
+    return "destination unreachable";
+  case TC_ERR_CONNECTION_RESET:
+    return "connection reset by peer";
+  case TC_ERR_PAYLOAD:
+    return "payload creation failed";
+  case TC_ERR_REMOTE:
+    return "rejected by the target";
+  case TC_ERR_TIMED_OUT:
+    return "timed out";
+  case TC_ERR_LAST:
+    break;
+  }
+  return "unknown status";
+}
+
+tc_status_t tc_context_create(const tc_context_params_t *P,
+                              tc_context_h *Out) {
+  if (!Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_context_create: context_p is NULL");
+  auto C = std::make_unique<tc_context>();
+  uint64_t Mask = P ? P->field_mask : 0;
+  const char *Env = std::getenv("TC_IFUNC_PATH");
+  C->IfuncPath = Env ? Env : ".";
+  if (Mask & TC_CONTEXT_PARAM_FIELD_IFUNC_PATH) {
+    if (!P->ifunc_path)
+      return fail(TC_ERR_INVALID_PARAM, "tc_context_create: ifunc_path is "
+                                        "NULL");
+    C->IfuncPath = P->ifunc_path;
+  }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_EXEC_MODE) {
+    // A C enum may hold any int: check the value, not just the cases.
+    int Mode = P->exec_mode;
+    if (Mode == TC_EXEC_AUTO)
+      C->Opts.Mode = LoadMode::Auto;
+    else if (Mode == TC_EXEC_BITCODE)
+      C->Opts.Mode = LoadMode::Bitcode;
+    else if (Mode == TC_EXEC_OBJECT)
+      C->Opts.Mode = LoadMode::Object;
+    else
+      return fail(TC_ERR_INVALID_PARAM, "tc_context_create: bad exec_mode");
+  }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_MAX_LOADED)
+    C->Opts.MaxLoaded = P->max_loaded;
+  if (Mask & TC_CONTEXT_PARAM_FIELD_DEP_DIRS) {
+    if (!P->dep_dirs)
+      return fail(TC_ERR_INVALID_PARAM, "tc_context_create: dep_dirs is NULL");
+    C->Opts.Jit.DepDirs = splitPath(P->dep_dirs);
+  }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_ALLOW) {
+    if (P->allow_count && !P->allow_hashes)
+      return fail(TC_ERR_INVALID_PARAM,
+                  "tc_context_create: allow_hashes is NULL");
+    for (size_t I = 0; I < P->allow_count; ++I) {
+      ArchiveHash H;
+      std::memcpy(H.data(), P->allow_hashes[I], H.size());
+      C->Opts.AllowedHashes.insert(H);
+    }
+  }
+  *Out = C.release();
+  return TC_OK;
+}
+
+void tc_context_destroy(tc_context_h C) { delete C; }
+
+tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
+                             tc_worker_h *Out) {
+  if (!C || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_create: NULL argument");
+  uint64_t Mask = P ? P->field_mask : 0;
+  auto W = std::make_unique<tc_worker>();
+  W->Ctx = C;
+  RuntimeOptions Opts = C->Opts;
+  if (Mask & TC_WORKER_PARAM_FIELD_TARGET_ARGS)
+    Opts.TargetArgs = P->target_args;
+  if (Mask & TC_WORKER_PARAM_FIELD_ERROR_CB) {
+    W->ErrorCB = P->error_cb;
+    W->ErrorArg = P->error_arg;
+  }
+  llvm::Expected<std::unique_ptr<Transport>> T = createUcxTransport();
+  if (!T)
+    return fail(TC_ERR_IO, T.takeError());
+  llvm::Expected<std::unique_ptr<Runtime>> RT =
+      Runtime::create(std::move(*T), std::move(Opts));
+  if (!RT)
+    return fail(TC_ERR_IO, RT.takeError());
+  W->RT = std::move(*RT);
+  tc_worker *Raw = W.get();
+  W->RT->onRemoteError([Raw](const RemoteError &E) {
+    if (!Raw->ErrorCB)
+      return;
+    auto It = Raw->Eps.find(E.Conn);
+    Raw->ErrorCB(Raw->ErrorArg, It == Raw->Eps.end() ? nullptr : It->second,
+                 E.Seq, fromWire(E.Status), E.Message.c_str());
+  });
+  W->RT->onDisconnect([Raw](ConnId Conn, llvm::StringRef) {
+    auto It = Raw->Eps.find(Conn);
+    if (It != Raw->Eps.end())
+      It->second->Conn = 0; // Stale: later sends fail at once.
+  });
+  *Out = W.release();
+  return TC_OK;
+}
+
+void tc_worker_destroy(tc_worker_h W) {
+  if (!W)
+    return;
+  for (auto &KV : W->Eps)
+    KV.second->W = nullptr;
+  delete W;
+}
+
+int tc_worker_progress(tc_worker_h W) { return W && W->RT->progress(); }
+
+tc_status_t tc_worker_wait(tc_worker_h W, int TimeoutMs) {
+  if (!W)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_wait: worker is NULL");
+  if (llvm::Error E = W->RT->wait(TimeoutMs))
+    return fail(TC_ERR_IO, std::move(E));
+  return TC_OK;
+}
+
+tc_status_t tc_worker_listen(tc_worker_h W, const char *Host, uint16_t Port,
+                             uint16_t *PortOut) {
+  if (!W || !Host)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_listen: NULL argument");
+  llvm::Expected<uint16_t> P = W->RT->transport().listen(Host, Port);
+  if (!P)
+    return fail(TC_ERR_UNREACHABLE, P.takeError());
+  if (PortOut)
+    *PortOut = *P;
+  return TC_OK;
+}
+
+tc_status_t tc_worker_get_address(tc_worker_h W, void **AddrOut,
+                                  size_t *LenOut) {
+  if (!W || !AddrOut || !LenOut)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_get_address: NULL argument");
+  llvm::Expected<std::string> A = W->RT->transport().address();
+  if (!A)
+    return fail(TC_ERR_IO, A.takeError());
+  void *Copy = std::malloc(A->size());
+  if (!Copy)
+    return fail(TC_ERR_NO_MEMORY, "tc_worker_get_address: out of memory");
+  std::memcpy(Copy, A->data(), A->size());
+  *AddrOut = Copy;
+  *LenOut = A->size();
+  return TC_OK;
+}
+
+void tc_worker_release_address(tc_worker_h, void *Address) {
+  std::free(Address);
+}
+
+tc_status_t tc_worker_set_target_args(tc_worker_h W, const char *Name,
+                                      void *Args) {
+  if (!W)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_set_target_args: NULL "
+                                      "worker");
+  if (Name)
+    W->RT->setTargetArgs(Name, Args);
+  else
+    W->RT->setTargetArgs(Args);
+  return TC_OK;
+}
+
+tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
+  if (!W || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_query_stats: NULL argument");
+  const RuntimeCounters &C = W->RT->counters();
+  tc_worker_stats_t S{};
+  S.received = C.Received;
+  S.executed = C.Executed;
+  S.code_frames = C.CodeFrames;
+  S.cache_hits = C.CacheHits;
+  S.compiles = C.Compiles;
+  S.compile_ms = C.CompileMillis;
+  S.code_requests = C.CodeRequests;
+  S.evictions = C.Evictions;
+  for (const auto &KV : C.Errors)
+    S.errors += KV.second;
+  S.errors_received = C.ErrorsReceived;
+  *Out = S;
+  return TC_OK;
+}
+
+static tc_status_t newEp(tc_worker_h W, llvm::Expected<ConnId> C,
+                         tc_ep_h *Out) {
+  if (!C)
+    return fail(TC_ERR_UNREACHABLE, C.takeError());
+  auto *E = new (std::nothrow) tc_ep{W, *C};
+  if (!E)
+    return fail(TC_ERR_NO_MEMORY, "tc_ep_connect: out of memory");
+  W->Eps[*C] = E;
+  *Out = E;
+  return TC_OK;
+}
+
+tc_status_t tc_ep_connect(tc_worker_h W, const char *Host, uint16_t Port,
+                          tc_ep_h *Out) {
+  if (!W || !Host || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_connect: NULL argument");
+  return newEp(W, W->RT->transport().connect(Host, Port), Out);
+}
+
+tc_status_t tc_ep_connect_address(tc_worker_h W, const void *Addr, size_t Len,
+                                  tc_ep_h *Out) {
+  if (!W || !Addr || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_connect_address: NULL argument");
+  return newEp(W,
+               W->RT->transport().connectAddress(
+                   llvm::StringRef(static_cast<const char *>(Addr), Len)),
+               Out);
+}
+
+/// Completion callbacks: llvm::Error to a status, through fail().
+static llvm::unique_function<void(llvm::Error)> completion(tc_send_cb_t CB,
+                                                           void *Arg) {
+  return [CB, Arg](llvm::Error E) {
+    tc_status_t S = E ? fail(TC_ERR_IO, std::move(E)) : TC_OK;
+    if (CB)
+      CB(Arg, S);
+  };
+}
+
+tc_status_t tc_ep_flush_nb(tc_ep_h E, tc_send_cb_t CB, void *Arg) {
+  if (!E || !E->W)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_flush_nb: bad endpoint");
+  if (!E->Conn)
+    return fail(TC_ERR_CONNECTION_RESET, "tc_ep_flush_nb: connection closed");
+  E->W->RT->fence(E->Conn, completion(CB, Arg));
+  return TC_INPROGRESS;
+}
+
+tc_status_t tc_ep_flush(tc_ep_h E, int TimeoutMs) {
+  struct State {
+    bool Done = false;
+    tc_status_t S = TC_OK;
+  } St;
+  tc_status_t S = tc_ep_flush_nb(
+      E,
+      [](void *A, tc_status_t S) {
+        auto *St = static_cast<State *>(A);
+        St->Done = true;
+        St->S = S;
+      },
+      &St);
+  if (S != TC_INPROGRESS)
+    return S;
+  auto Deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(TimeoutMs < 0 ? 0 : TimeoutMs);
+  while (!St.Done) {
+    if (E->W->RT->progress())
+      continue;
+    if (TimeoutMs >= 0 && std::chrono::steady_clock::now() >= Deadline)
+      return fail(TC_ERR_TIMED_OUT, "tc_ep_flush: timed out");
+    if (llvm::Error Err = E->W->RT->wait(10))
+      return fail(TC_ERR_IO, std::move(Err));
+  }
+  return St.S;
+}
+
+void tc_ep_destroy(tc_ep_h E) {
+  if (!E)
+    return;
+  if (E->W) {
+    E->W->Eps.erase(E->Conn);
+    if (E->Conn)
+      E->W->RT->transport().disconnect(E->Conn);
+  }
+  delete E;
+}
+
+static tc_status_t newIfunc(tc_worker_h W,
+                            llvm::Expected<std::shared_ptr<const Ifunc>> F,
+                            tc_status_t OnError, tc_ifunc_h *Out) {
+  if (!F)
+    return fail(OnError, F.takeError());
+  *Out = new tc_ifunc{W, std::move(*F)};
+  return TC_OK;
+}
+
+tc_status_t tc_ifunc_register(tc_worker_h W, const char *Name,
+                              tc_ifunc_h *Out) {
+  if (!W || !Name || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ifunc_register: NULL argument");
+  llvm::Expected<std::shared_ptr<const Ifunc>> F =
+      W->RT->registerByName(Name, W->Ctx->IfuncPath);
+  tc_status_t S = TC_ERR_BAD_ARCHIVE;
+  if (!F) {
+    std::string Msg = llvm::toString(F.takeError());
+    S = llvm::StringRef(Msg).starts_with("no ") ? TC_ERR_NOT_FOUND
+                                                : TC_ERR_BAD_ARCHIVE;
+    return fail(S, llvm::createStringError(Msg));
+  }
+  return newIfunc(W, std::move(F), S, Out);
+}
+
+tc_status_t tc_ifunc_register_archive(tc_worker_h W, const void *Bytes,
+                                      size_t Size, tc_ifunc_h *Out) {
+  if (!W || !Bytes || !Out)
+    return fail(TC_ERR_INVALID_PARAM,
+                "tc_ifunc_register_archive: NULL argument");
+  return newIfunc(W,
+                  W->RT->registerArchive(llvm::StringRef(
+                      static_cast<const char *>(Bytes), Size)),
+                  TC_ERR_BAD_ARCHIVE, Out);
+}
+
+const uint8_t *tc_ifunc_hash(tc_ifunc_h F) {
+  return F ? F->F->Hash.data() : nullptr;
+}
+
+void tc_ifunc_deregister(tc_ifunc_h F) {
+  if (!F)
+    return;
+  if (F->W)
+    F->W->RT->deregister(F->F);
+  delete F;
+}
+
+tc_status_t tc_msg_create(tc_ifunc_h F, const void *Args, size_t Size,
+                          tc_msg_h *Out) {
+  if (!F || !Out || (!Args && Size))
+    return fail(TC_ERR_INVALID_PARAM, "tc_msg_create: NULL argument");
+  llvm::Expected<Message> M = F->W->RT->createMessage(F->F, Args, Size);
+  if (!M)
+    return fail(TC_ERR_PAYLOAD, M.takeError());
+  *Out = new tc_msg{std::move(*M)};
+  return TC_OK;
+}
+
+void *tc_msg_payload(tc_msg_h M, size_t *SizeOut) {
+  if (!M)
+    return nullptr;
+  if (SizeOut)
+    *SizeOut = M->M.Payload.size();
+  return M->M.Payload.data();
+}
+
+tc_status_t tc_msg_send(tc_ep_h E, tc_msg_h M, tc_send_cb_t CB, void *Arg) {
+  if (!E || !E->W || !M)
+    return fail(TC_ERR_INVALID_PARAM, "tc_msg_send: NULL argument");
+  if (!E->Conn)
+    return fail(TC_ERR_CONNECTION_RESET, "tc_msg_send: connection closed");
+  E->W->RT->send(E->Conn, M->M, completion(CB, Arg));
+  return TC_INPROGRESS;
+}
+
+void tc_msg_free(tc_msg_h M) { delete M; }
+
+} // extern "C"

@@ -1,0 +1,187 @@
+//===- tc-serve.cpp - A ready-made tc target process ----------------------===//
+//
+// Listens for connections, runs every ifunc that arrives with one zeroed
+// memory region as its target_args, lets senders read that region, and on
+// SIGINT/SIGTERM prints its counters and exits 0. Idle, it blocks in the
+// transport's wait: no CPU.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Runtime.h"
+#include "ToolSupport.h"
+#include "tc/Version.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <memory>
+
+using namespace llvm;
+using namespace tc;
+
+static const char *const Usage =
+    R"(USAGE: tc-serve --listen HOST:PORT [options]
+
+Runs ifuncs sent by tc-send or libtc senders.
+
+OPTIONS:
+  --listen HOST:PORT   Address to accept connections on (port 0: any)
+  --region-size N      Bytes of target memory passed as target_args (4096)
+  --allow FILE         Only run archives whose hash (64 hex digits per line)
+                       is listed in FILE
+  --dep-dir DIR        Only load dependencies from DIR (repeatable)
+  --max-loaded N       Keep at most N code identities loaded (0: no limit)
+  --exec MODE          auto | bitcode | object
+  -v                   One line per event
+  --help, --version
+)";
+
+static std::atomic<bool> Stop{false};
+static Transport *SignalTarget = nullptr;
+
+extern "C" void onSignal(int) {
+  Stop = true;
+  if (SignalTarget)
+    SignalTarget->signal();
+}
+
+static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
+  if (!B)
+    return createStringError(B.getError(), "'%s': %s", Path.str().c_str(),
+                             B.getError().message().c_str());
+  std::set<ArchiveHash> Out;
+  SmallVector<StringRef, 8> Lines;
+  (*B)->getBuffer().split(Lines, '\n');
+  unsigned N = 0;
+  for (StringRef L : Lines) {
+    ++N;
+    L = L.trim();
+    if (L.empty() || L.starts_with("#"))
+      continue;
+    std::string Raw;
+    if (L.size() != 64 || !tryGetFromHex(L, Raw))
+      return createStringError("'%s':%u: not a 64-digit hex hash",
+                               Path.str().c_str(), N);
+    ArchiveHash H;
+    std::copy(Raw.begin(), Raw.end(), H.begin());
+    Out.insert(H);
+  }
+  return Out;
+}
+
+int main(int argc, char **argv) {
+  const char *Tool = "tc-serve";
+  std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
+                      Exec = "auto", V, OptError;
+  bool Verbose = false;
+  RuntimeOptions Opts;
+  for (int I = 1; I < argc; ++I) {
+    StringRef A = argv[I];
+    if (A == "--help" || A == "-h") {
+      outs() << Usage;
+      return 0;
+    }
+    if (A == "--version") {
+      outs() << "tc-serve (tc) " << TC_VERSION_STRING << "\n";
+      return 0;
+    }
+    if (A == "-v") {
+      Verbose = true;
+    } else if (takeOption(argc, argv, I, "--listen", Listen, OptError) ||
+               takeOption(argc, argv, I, "--region-size", RegionSize, OptError) ||
+               takeOption(argc, argv, I, "--allow", Allow, OptError) ||
+               takeOption(argc, argv, I, "--max-loaded", MaxLoaded, OptError) ||
+               takeOption(argc, argv, I, "--exec", Exec, OptError)) {
+    } else if (takeOption(argc, argv, I, "--dep-dir", V, OptError)) {
+      Opts.Jit.DepDirs.push_back(V);
+    } else if (!OptError.empty()) {
+      return toolError(Tool, OptError);
+    } else {
+      return toolError(Tool, "unknown argument '" + A + "' (try --help)");
+    }
+  }
+  if (Listen.empty())
+    return toolError(Tool, "missing --listen HOST:PORT");
+  auto HP = parseHostPort(Listen);
+  if (!HP)
+    return toolError(Tool, toString(HP.takeError()));
+  uint64_t Size;
+  if (StringRef(RegionSize).getAsInteger(10, Size) || Size == 0 ||
+      Size > (uint64_t(1) << 32))
+    return toolError(Tool, "bad --region-size '" + RegionSize + "'");
+  if (StringRef(MaxLoaded).getAsInteger(10, Opts.MaxLoaded))
+    return toolError(Tool, "bad --max-loaded '" + MaxLoaded + "'");
+  if (Exec == "auto")
+    Opts.Mode = LoadMode::Auto;
+  else if (Exec == "bitcode")
+    Opts.Mode = LoadMode::Bitcode;
+  else if (Exec == "object")
+    Opts.Mode = LoadMode::Object;
+  else
+    return toolError(Tool, "bad --exec '" + Exec +
+                               "' (expected auto, bitcode or object)");
+  if (!Allow.empty()) {
+    auto L = readAllowList(Allow);
+    if (!L)
+      return toolError(Tool, toString(L.takeError()));
+    Opts.AllowedHashes = std::move(*L);
+  }
+
+  // The region: zeroed, aligned for any type an ifunc may keep there.
+  std::unique_ptr<void, decltype(&std::free)> Region(
+      std::aligned_alloc(64, (Size + 63) / 64 * 64), &std::free);
+  if (!Region)
+    return toolError(Tool, "cannot allocate the region");
+  std::memset(Region.get(), 0, Size);
+  Opts.TargetArgs = Region.get();
+  Opts.Region = Region.get();
+  Opts.RegionSize = Size;
+
+  auto T = createUcxTransport();
+  if (!T)
+    return toolError(Tool, toString(T.takeError()));
+  auto RT = Runtime::create(std::move(*T), std::move(Opts));
+  if (!RT)
+    return toolError(Tool, toString(RT.takeError()));
+  Runtime &R = **RT;
+  if (Verbose)
+    R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
+  auto Port = R.transport().listen(HP->first, HP->second);
+  if (!Port)
+    return toolError(Tool, toString(Port.takeError()));
+
+  SignalTarget = &R.transport();
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  outs() << "tc-serve: listening on " << HP->first << ":" << *Port << "\n";
+  outs().flush();
+
+  while (!Stop) {
+    if (R.progress())
+      continue;
+    if (Error E = R.wait(-1))
+      return toolError(Tool, toString(std::move(E)));
+  }
+
+  const RuntimeCounters &C = R.counters();
+  uint64_t Errors = 0;
+  for (const auto &KV : C.Errors)
+    Errors += KV.second;
+  outs() << formatv("tc-serve: received {0}, executed {1}, code frames {2}, "
+                    "cache hits {3}, compiles {4} ({5:f2} ms), code requests "
+                    "{6}, evictions {7}, errors {8}\n",
+                    C.Received, C.Executed, C.CodeFrames, C.CacheHits,
+                    C.Compiles, C.CompileMillis, C.CodeRequests, C.Evictions,
+                    Errors);
+  for (const auto &KV : C.Errors)
+    outs() << "tc-serve: errors: " << wireStatusName(KV.first) << ": "
+           << KV.second << "\n";
+  SignalTarget = nullptr;
+  return 0;
+}
