@@ -1,0 +1,290 @@
+//===- CApiTest.cpp - libtc's C API over real UCX workers -----------------===//
+//
+// Several workers in this process, joined over UCX (shared memory or TCP
+// loopback, as UCX_TLS says), driven by one thread in turn. Ifunc code calls
+// back into libtc through handles in its target_args: that is how
+// forwarding and recursion (A -> B -> A) work.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tc/tc.h"
+
+#include "IfuncIR.h"
+
+#include "gtest/gtest.h"
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+using namespace tc::test;
+
+namespace {
+
+/// Progresses every worker until \p Done or 10 s pass.
+bool runUntil(std::vector<tc_worker_h> Ws, const std::function<bool()> &Done) {
+  auto Deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!Done()) {
+    if (std::chrono::steady_clock::now() > Deadline)
+      return false;
+    bool Any = false;
+    for (tc_worker_h W : Ws)
+      Any |= tc_worker_progress(W) != 0;
+    if (!Any && Ws.size() == 1)
+      EXPECT_EQ(tc_worker_wait(Ws[0], 10), TC_OK);
+  }
+  return true;
+}
+
+struct Worker {
+  tc_context_h Ctx = nullptr;
+  tc_worker_h W = nullptr;
+  uint16_t Port = 0;
+  explicit Worker(void *TargetArgs = nullptr) {
+    tc_context_params_t CP;
+    CP.field_mask = 0;
+    EXPECT_EQ(tc_context_create(&CP, &Ctx), TC_OK);
+    tc_worker_params_t WP;
+    WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+    WP.target_args = TargetArgs;
+    EXPECT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+    EXPECT_EQ(tc_worker_listen(W, "127.0.0.1", 0, &Port), TC_OK);
+  }
+  ~Worker() {
+    tc_worker_destroy(W);
+    tc_context_destroy(Ctx);
+  }
+  tc_ifunc_h reg(const std::string &Bytes) {
+    tc_ifunc_h F = nullptr;
+    EXPECT_EQ(tc_ifunc_register_archive(W, Bytes.data(), Bytes.size(), &F),
+              TC_OK);
+    return F;
+  }
+};
+
+TEST(CApi, StatusStringsAreDistinct) {
+  EXPECT_STREQ(tc_status_string(TC_OK), "success");
+  EXPECT_STREQ(tc_status_string(TC_ERR_REMOTE), "rejected by the target");
+  EXPECT_STREQ(tc_status_string(tc_status_t(-99)), "unknown status");
+}
+
+TEST(CApi, UnsetParamFieldsAreNeverRead) {
+  // Poison everything but field_mask: a read of an unset field would use
+  // garbage pointers and crash or fail.
+  tc_context_params_t CP;
+  std::memset(&CP, 0xA5, sizeof(CP));
+  CP.field_mask = 0;
+  tc_context_h Ctx = nullptr;
+  ASSERT_EQ(tc_context_create(&CP, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  std::memset(&WP, 0x5A, sizeof(WP));
+  WP.field_mask = 0;
+  tc_worker_h W = nullptr;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+}
+
+TEST(CApi, BadParametersAreRejectedAndOutputsUntouched) {
+  tc_context_params_t CP;
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_EXEC_MODE;
+  CP.exec_mode = tc_exec_mode_t(42);
+  tc_context_h Ctx = reinterpret_cast<tc_context_h>(0x1);
+  EXPECT_EQ(tc_context_create(&CP, &Ctx), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(Ctx, reinterpret_cast<tc_context_h>(0x1));
+  EXPECT_EQ(tc_context_create(nullptr, nullptr), TC_ERR_INVALID_PARAM);
+}
+
+TEST(CApi, RegisterByNameSearchesTheIfuncPath) {
+  tc_context_params_t CP;
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH;
+  CP.ifunc_path = "/nonexistent-a:/nonexistent-b";
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(&CP, &Ctx), TC_OK);
+  tc_worker_h W;
+  ASSERT_EQ(tc_worker_create(Ctx, nullptr, &W), TC_OK);
+  tc_ifunc_h F = reinterpret_cast<tc_ifunc_h>(0x1);
+  EXPECT_EQ(tc_ifunc_register(W, "tsi", &F), TC_ERR_NOT_FOUND);
+  EXPECT_EQ(F, reinterpret_cast<tc_ifunc_h>(0x1));
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+}
+
+TEST(CApi, SendFlushAndStats) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Source;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  uint64_t Arg = 3;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &Arg, sizeof(Arg), &M), TC_OK);
+  size_t Size;
+  ASSERT_NE(tc_msg_payload(M, &Size), nullptr);
+  EXPECT_EQ(Size, 8u);
+  int Completed = 0;
+  for (int I = 0; I < 4; ++I)
+    ASSERT_EQ(tc_msg_send(Ep, M,
+                          [](void *A, tc_status_t S) {
+                            EXPECT_EQ(S, TC_OK);
+                            ++*static_cast<int *>(A);
+                          },
+                          &Completed),
+              TC_INPROGRESS);
+  bool Flushed = false;
+  ASSERT_EQ(tc_ep_flush_nb(Ep,
+                           [](void *A, tc_status_t S) {
+                             EXPECT_EQ(S, TC_OK);
+                             *static_cast<bool *>(A) = true;
+                           },
+                           &Flushed),
+            TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, Target.W}, [&] { return Flushed; }));
+  EXPECT_EQ(Completed, 4);
+  EXPECT_EQ(Counter, 12u);
+  tc_worker_stats_t St;
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &St), TC_OK);
+  EXPECT_EQ(St.executed, 4u);
+  EXPECT_EQ(St.code_frames, 1u);
+  EXPECT_EQ(St.cache_hits, 3u);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+}
+
+TEST(CApi, ConnectByWorkerAddress) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Source;
+  void *Addr;
+  size_t Len;
+  ASSERT_EQ(tc_worker_get_address(Target.W, &Addr, &Len), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect_address(Source.W, Addr, Len, &Ep), TC_OK);
+  tc_worker_release_address(Target.W, Addr);
+  tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add", 5)));
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, nullptr, 0, &M), TC_OK);
+  ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, Target.W}, [&] { return Counter == 5; }));
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+}
+
+/// What a forwarding ifunc finds in its target_args.
+struct Hop {
+  uint64_t Count;  ///< Incremented by every visit.
+  tc_ep_h Next;    ///< Where to forward; null: stop.
+  tc_msg_h Msg;    ///< The message to forward.
+};
+
+/// NAME_main: ++Count, then send Msg to Next if there is one, payload
+/// decremented; stops when the payload's hop budget reaches 0.
+std::string hopIR(const std::string &Name) {
+  return R"(
+declare i32 @tc_msg_send(ptr, ptr, ptr, ptr)
+declare ptr @tc_msg_payload(ptr, ptr)
+define void @)" + Name +
+         R"(_main(ptr %p, i64 %n, ptr %t) {
+entry:
+  %c = load i64, ptr %t
+  %c1 = add i64 %c, 1
+  store i64 %c1, ptr %t
+  %budget = load i64, ptr %p
+  %more = icmp ugt i64 %budget, 1
+  %nextp = getelementptr i8, ptr %t, i64 8
+  %next = load ptr, ptr %nextp
+  %hasnext = icmp ne ptr %next, null
+  %go = and i1 %more, %hasnext
+  br i1 %go, label %fwd, label %done
+fwd:
+  %msgp = getelementptr i8, ptr %t, i64 16
+  %msg = load ptr, ptr %msgp
+  %pl = call ptr @tc_msg_payload(ptr %msg, ptr null)
+  %b1 = sub i64 %budget, 1
+  store i64 %b1, ptr %pl
+  %s = call i32 @tc_msg_send(ptr %next, ptr %msg, ptr null, ptr null)
+  br label %done
+done:
+  ret void
+})";
+}
+
+TEST(CApi, RecursionAToBToA) {
+  // A injects into B; the ifunc on B injects the same ifunc back into A,
+  // and so on until the hop budget in the payload runs out.
+  Hop OnA{0, nullptr, nullptr}, OnB{0, nullptr, nullptr};
+  Worker A(&OnA), B(&OnB);
+  std::string Archive = ifuncArchive("hop", hopIR("hop"));
+  tc_ifunc_h FA = A.reg(Archive), FB = B.reg(Archive);
+  tc_ep_h AtoB, BtoA;
+  ASSERT_EQ(tc_ep_connect(A.W, "127.0.0.1", B.Port, &AtoB), TC_OK);
+  ASSERT_EQ(tc_ep_connect(B.W, "127.0.0.1", A.Port, &BtoA), TC_OK);
+  uint64_t Budget = 6;
+  tc_msg_h MA, MB;
+  ASSERT_EQ(tc_msg_create(FA, &Budget, 8, &MA), TC_OK);
+  ASSERT_EQ(tc_msg_create(FB, &Budget, 8, &MB), TC_OK);
+  OnA = {0, AtoB, MA};
+  OnB = {0, BtoA, MB};
+  ASSERT_EQ(tc_msg_send(AtoB, MA, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({A.W, B.W},
+                       [&] { return OnA.Count + OnB.Count == 6; }));
+  EXPECT_EQ(OnB.Count, 3u); // B runs hops 6, 4, 2
+  EXPECT_EQ(OnA.Count, 3u); // A runs hops 5, 3, 1
+  tc_msg_free(MA);
+  tc_msg_free(MB);
+  tc_ifunc_deregister(FA);
+  tc_ifunc_deregister(FB);
+  tc_ep_destroy(AtoB);
+  tc_ep_destroy(BtoA);
+}
+
+TEST(CApi, RemoteErrorsReachTheCallback) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter);
+  struct Seen {
+    int N = 0;
+    tc_status_t S = TC_OK;
+    std::string Msg;
+  } Got;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_ERROR_CB;
+  WP.error_cb = [](void *Arg, tc_ep_h, uint32_t, tc_status_t S,
+                   const char *Msg) {
+    auto *G = static_cast<Seen *>(Arg);
+    ++G->N;
+    G->S = S;
+    G->Msg = Msg;
+  };
+  WP.error_arg = &Got;
+  tc_worker_h W;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  std::string Bytes = ifuncArchive("bad", R"(
+declare void @tc_capi_test_missing()
+define void @bad_main(ptr %p, i64 %n, ptr %t) {
+  call void @tc_capi_test_missing()
+  ret void
+})");
+  tc_ifunc_h F;
+  ASSERT_EQ(tc_ifunc_register_archive(W, Bytes.data(), Bytes.size(), &F),
+            TC_OK);
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, nullptr, 0, &M), TC_OK);
+  ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({W, Target.W}, [&] { return Got.N == 1; }));
+  EXPECT_EQ(Got.S, TC_ERR_REMOTE);
+  EXPECT_NE(Got.Msg.find("tc_capi_test_missing"), std::string::npos);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+}
+
+} // namespace
