@@ -29,7 +29,7 @@ OPTIONS:
   --to HOST:PORT       The target (a tc-serve, or any libtc worker)
   --payload-hex HEX    Source args for NAME_payload_init, as hex
   --payload-file F     Source args read from a file
-  --count N            Messages per archive (1)
+  --count N            Messages per archive (1; 0 with --read-back: only read)
   --read-back BYTES    Then print the target region's first BYTES as hex
   --timeout MS         Give up after MS milliseconds (30000)
   --raw-frame FILE     Before the messages, send FILE's bytes as one frame
@@ -85,10 +85,11 @@ int main(int argc, char **argv) {
     return toolError(Tool, toString(HP.takeError()));
   uint64_t N, ReadBytes = 0;
   int64_t TimeoutMs;
-  if (StringRef(Count).getAsInteger(10, N) || N == 0)
-    return toolError(Tool, "bad --count '" + Count + "'");
   if (!ReadBack.empty() && StringRef(ReadBack).getAsInteger(10, ReadBytes))
     return toolError(Tool, "bad --read-back '" + ReadBack + "'");
+  // --count 0 only makes sense as a pure read of the region.
+  if (StringRef(Count).getAsInteger(10, N) || (N == 0 && !ReadBytes))
+    return toolError(Tool, "bad --count '" + Count + "'");
   if (StringRef(Timeout).getAsInteger(10, TimeoutMs) || TimeoutMs <= 0)
     return toolError(Tool, "bad --timeout '" + Timeout + "'");
 

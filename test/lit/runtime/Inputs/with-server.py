@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Run tc-serve (or any server that prints 'listening on HOST:PORT'), then a
-client shell command with $TC_ADDR set to that address, then stop the server
+client shell command with $TC_ADDR set to that address (and $TC_SERVER_PID
+to the server's PID, for tests that kill it), then stop the server
 with SIGTERM and print what it printed. Bounded in time; the server is always
 ended by PID and reaped.
 
@@ -55,7 +56,7 @@ def main():
             m = re.search(r"listening on (\S+:\d+)", line)
             if m:
                 addr = m.group(1)
-        env = dict(os.environ, TC_ADDR=addr)
+        env = dict(os.environ, TC_ADDR=addr, TC_SERVER_PID=str(server.pid))
         try:
             rc = subprocess.run(client, shell=True, env=env,
                                 timeout=timeout).returncode
