@@ -19,6 +19,7 @@
 
 namespace llvm {
 class Module;
+class PassBuilder;
 } // namespace llvm
 
 namespace tc {
@@ -45,6 +46,32 @@ llvm::Error prepareTargetModule(llvm::Module &M, const IfuncOptions &Opts);
 /// Turns \p M into the source member: keeps NAME_payload_bound and
 /// NAME_payload_init and what they reach; NAME_main is removed.
 llvm::Error prepareSourceModule(llvm::Module &M, const IfuncOptions &Opts);
+
+/// `tc-abi-check<name=NAME>`: checkIfuncABI as a module pass. Problems are
+/// reported through the LLVMContext as errors (opt exits non-zero).
+class IfuncABICheckPass : public llvm::PassInfoMixin<IfuncABICheckPass> {
+public:
+  explicit IfuncABICheckPass(IfuncOptions Opts) : Opts(std::move(Opts)) {}
+  llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
+
+private:
+  IfuncOptions Opts;
+};
+
+/// `tc-prepare-target<name=NAME[;g]>` and `tc-prepare-source<name=NAME[;g]>`.
+class IfuncPreparePass : public llvm::PassInfoMixin<IfuncPreparePass> {
+public:
+  IfuncPreparePass(IfuncOptions Opts, bool Target)
+      : Opts(std::move(Opts)), Target(Target) {}
+  llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
+
+private:
+  IfuncOptions Opts;
+  bool Target;
+};
+
+/// Registers the passes above with \p PB (used by the opt plugin).
+void registerIfuncPasses(llvm::PassBuilder &PB);
 
 } // namespace tc
 
