@@ -43,8 +43,6 @@ config.substitutions.append(("%with_server", '"%s" "%s"' % (
     config.python_executable,
     os.path.join(config.test_source_root, "runtime", "Inputs",
                  "with-server.py"))))
-if os.path.exists(os.path.join(config.tc_tools_dir, "tc-cc")):
-    config.available_features.add("tc-cc")
 
 if config.tc_sanitize:
     config.available_features.add("sanitizer")
