@@ -188,8 +188,9 @@ void internalizeAndStrip(Module &M, const StringSet<> &Keep) {
 /// Things only the compiler host cares about; dropping them shrinks every
 /// shipped member and changes no behaviour.
 void dropHostOnlyMetadata(Module &M) {
-  if (NamedMDNode *Ident = M.getNamedMetadata("llvm.ident"))
-    M.eraseNamedMetadata(Ident);
+  for (const char *Name : {"llvm.ident", "llvm.errno.tbaa"})
+    if (NamedMDNode *N = M.getNamedMetadata(Name))
+      M.eraseNamedMetadata(N);
   M.setSourceFileName("");
   for (Function &F : M) {
     // The target JIT tunes for its own CPU: these would pin the member to
@@ -280,8 +281,20 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
 
   internalizeAndStrip(M, KeepSet);
   rejectUnshippable(M, WasCommon, AliasToExternal, D);
-  if (!Opts.KeepDebugInfo)
+  if (!Opts.KeepDebugInfo) {
     StripDebugInfo(M);
+    // Debug-only module flags outlive StripDebugInfo.
+    if (NamedMDNode *Flags = M.getModuleFlagsMetadata()) {
+      SmallVector<Module::ModuleFlagEntry, 8> Keep;
+      M.getModuleFlagsMetadata(Keep);
+      Flags->eraseFromParent();
+      for (const Module::ModuleFlagEntry &E : Keep)
+        if (E.Key->getString() != "Dwarf Version" &&
+            E.Key->getString() != "Debug Info Version" &&
+            E.Key->getString() != "debug-info-assignment-tracking")
+          M.addModuleFlag(E.Behavior, E.Key->getString(), E.Val);
+    }
+  }
   dropHostOnlyMetadata(M);
   if (Error E = D.take())
     return E;

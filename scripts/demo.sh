@@ -1,43 +1,44 @@
 #!/usr/bin/env bash
-# The main job, end to end on this machine: build tc, compile the TSI example
-# ifunc for x86_64 and aarch64, pack both into one fat archive, and show it
-# with tc-ar (list, dump, verify) and with LLVM's own llvm-objdump.
-# Installs missing packages first; safe to run again.
+# The main job, end to end on this machine: build tc, compile the TSI
+# example ifunc with tc-cc for x86_64 and aarch64, start a tc-serve target,
+# inject the ifunc with tc-send over UCX, show the target's memory changing,
+# and stop the target. Installs missing packages first; safe to run again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bash scripts/setup.sh
 bash scripts/build.sh build >/dev/null
 bin=$root/build/bin
-llvm=/usr/lib/llvm-22/bin
 out=$root/build/demo
 mkdir -p "$out"
+export UCX_TLS=${UCX_TLS:-posix,self,tcp}
 
-echo "== compiling examples/tsi/tsi.c for x86_64 and aarch64"
-if [[ -x $bin/tc-cc ]]; then
-  (set -x; "$bin/tc-cc" examples/tsi/tsi.c -o "$out/tsi.tcfb")
-else
-  for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
-    (set -x; "$llvm/clang" -O2 -c -emit-llvm --target=$t -Iinclude \
-       examples/tsi/tsi.c -o "$out/tsi.$t.bc")
-  done
-  (set -x; "$bin/tc-ar" create "$out/tsi.tcfb" --name tsi "$out"/tsi.*.bc)
-fi
-echo
-echo "== tc-ar list"
+echo "== tc-cc: compile examples/tsi/tsi.c once per triple, into one archive"
+(set -x; "$bin/tc-cc" examples/tsi/tsi.c -o "$out/tsi.tcfb")
 "$bin/tc-ar" list "$out/tsi.tcfb"
-echo
-echo "== tc-ar verify"
 "$bin/tc-ar" verify "$out/tsi.tcfb"
+
 echo
-echo "== tc-ar dump"
-"$bin/tc-ar" dump "$out/tsi.tcfb"
+echo "== tc-serve: a target process with 4 KiB of zeroed memory"
+exec 3< <(exec "$bin/tc-serve" --listen 127.0.0.1:0 -v)
+serve_pid=$!
+cleanup() { kill -TERM "$serve_pid" 2>/dev/null || true; }
+trap cleanup EXIT
+read -r -t 30 ready <&3 || { echo "demo: tc-serve did not start" >&2; exit 1; }
+echo "$ready"
+addr=${ready##* }
+
 echo
-echo "== llvm-objdump --offloading (LLVM's own reader)"
-"$llvm/llvm-objdump" --offloading "$out/tsi.tcfb"
+echo "== tc-send: 1 message (the first carries the code), then read target memory"
+(set -x; "$bin/tc-send" --to "$addr" "$out/tsi.tcfb" --count 1 --read-back 8)
+echo "== tc-send: 41 more messages from a new sender (the archive travels again;
+   the target recognises its hash and does not compile it again)"
+(set -x; "$bin/tc-send" --to "$addr" "$out/tsi.tcfb" --count 41 --read-back 8)
+echo "   (0x2a = 42: every message incremented the counter in the target)"
+
 echo
-echo "== member for this host: $("$llvm/llvm-config" --host-target)"
-"$bin/tc-ar" extract "$out/tsi.tcfb" --target="$("$llvm/llvm-config" --host-target)" -o "$out/host.bc"
-"$llvm/llvm-dis" "$out/host.bc" -o - | grep -E 'target triple|define'
-echo
-echo "demo: archive at $out/tsi.tcfb ($(stat -c %s "$out/tsi.tcfb") bytes)"
+echo "== stopping tc-serve; its log and counters:"
+kill -TERM "$serve_pid"
+trap - EXIT
+while IFS= read -r -t 30 line <&3; do echo "$line"; done
+wait "$serve_pid" 2>/dev/null || true
