@@ -101,6 +101,15 @@ private:
   void closeEp(ucp_ep_h Ep, bool Force);
   void deliverReady(ConnId C);
   void lost(ucp_ep_h Ep, ucs_status_t S);
+  /// Frees the endpoint-close requests that have finished.
+  void reapClosing() {
+    llvm::erase_if(Closing, [](void *R) {
+      if (ucp_request_check_status(R) == UCS_INPROGRESS)
+        return false;
+      ucp_request_free(R);
+      return true;
+    });
+  }
 
   static void onConnRequest(ucp_conn_request_h Req, void *Arg);
   static void onEpError(void *Arg, ucp_ep_h Ep, ucs_status_t S);
@@ -186,14 +195,7 @@ UcxTransport::~UcxTransport() {
   while (!Closing.empty() && std::chrono::steady_clock::now() < Deadline) {
     if (Worker)
       ucp_worker_progress(Worker);
-    for (auto It = Closing.begin(); It != Closing.end();) {
-      if (ucp_request_check_status(*It) != UCS_INPROGRESS) {
-        ucp_request_free(*It);
-        It = Closing.erase(It);
-      } else {
-        ++It;
-      }
-    }
+    reapClosing();
   }
   for (void *R : Closing)
     ucp_request_cancel(Worker, R);
@@ -528,14 +530,7 @@ bool UcxTransport::progress() {
     Conns.erase(L.first);
     Handler->onDisconnect(L.first, L.second);
   }
-  for (auto It = Closing.begin(); It != Closing.end();) {
-    if (ucp_request_check_status(*It) != UCS_INPROGRESS) {
-      ucp_request_free(*It);
-      It = Closing.erase(It);
-    } else {
-      ++It;
-    }
-  }
+  reapClosing();
   return Activity;
 }
 

@@ -1,42 +1,16 @@
 //===- JitTest.cpp - Loading and running ifunc code with ORC --------------===//
 
+#include "IfuncIR.h"
 #include "Jit.h"
 
-#include "llvm/AsmParser/Parser.h"
-#include "llvm/Bitcode/BitcodeWriter.h"
-#include "llvm/IR/LLVMContext.h"
-#include "llvm/IR/Module.h"
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
 
 #include "gtest/gtest.h"
 
 using namespace tc;
+using tc::test::hostMember;
 
 namespace {
-
-/// Assembles \p IR for this host into an archive member with its symbols.
-Member hostMember(const std::string &IR) {
-  llvm::LLVMContext Ctx;
-  llvm::SMDiagnostic Diag;
-  std::string Text = "target triple = \"" + llvm::sys::getProcessTriple() +
-                     "\"\n" + IR;
-  std::unique_ptr<llvm::Module> M = llvm::parseAssemblyString(Text, Diag, Ctx);
-  if (!M) {
-    ADD_FAILURE() << Diag.getMessage().str();
-    return Member();
-  }
-  Member Mem;
-  Mem.Triple = llvm::Triple::normalize(llvm::sys::getProcessTriple());
-  llvm::raw_string_ostream OS(Mem.Image);
-  llvm::WriteBitcodeToFile(*M, OS);
-  OS.flush();
-  auto Syms = externalSymbols(ImageKind::Bitcode, Mem.Image);
-  EXPECT_TRUE(!!Syms);
-  Mem.Symbols = *Syms;
-  return Mem;
-}
 
 Archive makeArchive(const std::string &Name, const std::string &IR,
                     std::vector<std::string> Deps = {}) {
