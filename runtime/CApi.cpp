@@ -83,8 +83,9 @@ std::vector<std::string> splitPath(const char *P) {
 
 extern "C" {
 
-const char *tc_status_string(tc_status_t S) {
-  switch (S) {
+const char *tc_status_string(tc_status_t Status) {
+  // Any int may arrive from C: switch on the integer, not the enum.
+  switch (static_cast<int>(Status)) {
   case TC_OK:
     return "success";
   case TC_INPROGRESS:
@@ -109,7 +110,7 @@ const char *tc_status_string(tc_status_t S) {
     return "rejected by the target";
   case TC_ERR_TIMED_OUT:
     return "timed out";
-  case TC_ERR_LAST:
+  default:
     break;
   }
   return "unknown status";

@@ -320,7 +320,9 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
   return &*L;
 }
 
-void Runtime::evict(const ArchiveHash &H) {
+void Runtime::evict(const ArchiveHash &Which) {
+  // A copy: callers may pass an element of LRU, which is removed below.
+  const ArchiveHash H = Which;
   if (Error E = Jit->unload(H))
     event("unload failed: " + toString(std::move(E)));
   TargetArchives.erase(H);

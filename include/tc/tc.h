@@ -49,7 +49,11 @@ typedef enum {
     TC_ERR_PAYLOAD          = -8,  /**< payload_bound/payload_init failed. */
     TC_ERR_REMOTE           = -9,  /**< The target rejected a message. */
     TC_ERR_TIMED_OUT        = -10,
-    TC_ERR_LAST             = -11
+    TC_ERR_LAST             = -11,
+    /* Never returned: they make every int a valid tc_status_t, so a value
+       a C caller passes is well defined in libtc's C++ too. */
+    TC_STATUS_RANGE_MIN_    = -0x7fffffff - 1,
+    TC_STATUS_RANGE_MAX_    = 0x7fffffff
 } tc_status_t;
 
 typedef struct tc_context *tc_context_h; /**< Configuration and JIT state. */
@@ -62,7 +66,8 @@ typedef struct tc_msg     *tc_msg_h;     /**< A message of one ifunc. */
 typedef enum {
     TC_EXEC_AUTO    = 0, /**< JIT bitcode; link an object if no bitcode. */
     TC_EXEC_BITCODE = 1, /**< JIT-compile a bitcode member, tuned to the CPU. */
-    TC_EXEC_OBJECT  = 2  /**< Link a native object member, no code generation. */
+    TC_EXEC_OBJECT  = 2, /**< Link a native object member, no code generation. */
+    TC_EXEC_RANGE_MAX_ = 0x7fffffff /**< Never valid: widens the enum to int. */
 } tc_exec_mode_t;
 
 enum tc_context_params_field {

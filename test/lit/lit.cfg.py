@@ -44,5 +44,15 @@ config.substitutions.append(("%with_server", '"%s" "%s"' % (
     os.path.join(config.test_source_root, "runtime", "Inputs",
                  "with-server.py"))))
 
+# UCX settings and sanitizer options reach every test process.
+for var, value in os.environ.items():
+    if var.startswith("UCX_") or var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        config.environment[var] = value
+
+# A project built against a sanitized install must link the sanitizers too.
+consumer_flags = ""
 if config.tc_sanitize:
     config.available_features.add("sanitizer")
+    consumer_flags = ("-DCMAKE_C_FLAGS=-fsanitize=address,undefined "
+                      "-DCMAKE_C_COMPILER=clang-22")
+config.substitutions.append(("%consumer_cmake_flags", consumer_flags))
