@@ -149,6 +149,12 @@ tc_status_t tc_context_create(const tc_context_params_t *P,
       return fail(TC_ERR_INVALID_PARAM, "tc_context_create: dep_dirs is NULL");
     C->Opts.Jit.DepDirs = splitPath(P->dep_dirs);
   }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_CACHE_DIR) {
+    if (!P->cache_dir)
+      return fail(TC_ERR_INVALID_PARAM, "tc_context_create: cache_dir is "
+                                        "NULL");
+    C->Opts.Jit.CacheDir = P->cache_dir;
+  }
   if (Mask & TC_CONTEXT_PARAM_FIELD_ALLOW) {
     if (P->allow_count && !P->allow_hashes)
       return fail(TC_ERR_INVALID_PARAM,

@@ -11,6 +11,13 @@
 #include "Jit.h"
 
 #include "llvm/Bitcode/BitcodeReader.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/ExecutionEngine/Orc/CompileUtils.h"
+#include "llvm/Support/BLAKE3.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/IR/Module.h"
@@ -55,8 +62,22 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
   JTMB->setCodeGenOptLevel(CodeGenOptLevel::Default);
   E->Triple = JTMB->getTargetTriple().str();
   E->CPU = JTMB->getCPU();
-  Expected<std::unique_ptr<LLJIT>> J =
-      LLJITBuilder().setJITTargetMachineBuilder(std::move(*JTMB)).create();
+  E->HostFeatures = JTMB->getFeatures().getString();
+  LLJITBuilder B;
+  B.setJITTargetMachineBuilder(std::move(*JTMB));
+  if (!Opts.CacheDir.empty()) {
+    if (std::error_code EC = sys::fs::create_directories(Opts.CacheDir))
+      return createStringError(EC, "cache directory '%s': %s",
+                               Opts.CacheDir.c_str(), EC.message().c_str());
+    E->Cache = std::make_unique<DiskObjectCache>(Opts.CacheDir);
+    ObjectCache *C = E->Cache.get();
+    B.setCompileFunctionCreator(
+        [C](JITTargetMachineBuilder JTMB)
+            -> Expected<std::unique_ptr<IRCompileLayer::IRCompiler>> {
+          return std::make_unique<ConcurrentIRCompiler>(std::move(JTMB), C);
+        });
+  }
+  Expected<std::unique_ptr<LLJIT>> J = B.create();
   if (!J)
     return J.takeError();
   E->J = std::move(*J);
@@ -152,6 +173,79 @@ Error checkSymbolsResolve(ArrayRef<std::string> Symbols,
   return Error::success();
 }
 
+/// Everything that decides what machine code a member compiles to.
+std::string JitEngine::cacheKey(const Archive &A, const Member &M) const {
+  BLAKE3 H;
+  auto Field = [&](StringRef S) {
+    uint8_t Len[8];
+    support::endian::write64le(Len, S.size());
+    H.update(ArrayRef<uint8_t>(Len, 8));
+    H.update(S);
+  };
+  Field("tc-object-cache-v1");
+  Field(StringRef(reinterpret_cast<const char *>(A.Hash.data()),
+                  A.Hash.size()));
+  Field(roleName(M.TheRole));
+  Field(M.Triple);
+  Field(M.CPU);
+  Field(M.Features);
+  Field(Triple);
+  Field(CPU);
+  Field(J->getTargetTriple().str());
+  Field(HostFeatures);
+  Field(LLVM_VERSION_STRING);
+  BLAKE3Result<32> R = H.final();
+  return toHex(ArrayRef<uint8_t>(R.data(), R.size()), /*LowerCase=*/true);
+}
+
+std::string DiskObjectCache::pathFor(StringRef Key) const {
+  SmallString<256> P(Dir);
+  sys::path::append(P, Key + ".o");
+  return std::string(P);
+}
+
+bool DiskObjectCache::hit(StringRef Key) const {
+  std::lock_guard<std::mutex> L(Mutex);
+  return Hits.count(Key.str());
+}
+
+std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(const Module *M) {
+  std::string Key = M->getModuleIdentifier();
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(
+      pathFor(Key), /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!B || (*B)->getBufferSize() < 32)
+    return nullptr;
+  StringRef All = (*B)->getBuffer();
+  StringRef Obj = All.drop_front(32);
+  BLAKE3Result<32> Sum = BLAKE3::hash(arrayRefFromStringRef(Obj));
+  if (StringRef(reinterpret_cast<const char *>(Sum.data()), 32) !=
+      All.take_front(32))
+    return nullptr; // Damaged: compile again (and overwrite it).
+  {
+    std::lock_guard<std::mutex> L(Mutex);
+    Hits.insert(Key);
+  }
+  return MemoryBuffer::getMemBufferCopy(Obj, Key);
+}
+
+void DiskObjectCache::notifyObjectCompiled(const Module *M,
+                                           MemoryBufferRef Obj) {
+  std::string Final = pathFor(M->getModuleIdentifier());
+  SmallString<256> Tmp;
+  int FD;
+  if (sys::fs::createUniqueFile(Final + ".tmp-%%%%%%%%", FD, Tmp))
+    return; // A cache that cannot be written is only slower.
+  raw_fd_ostream OS(FD, /*shouldClose=*/true);
+  BLAKE3Result<32> Sum = BLAKE3::hash(arrayRefFromStringRef(Obj.getBuffer()));
+  OS.write(reinterpret_cast<const char *>(Sum.data()), Sum.size());
+  OS << Obj.getBuffer();
+  OS.close();
+  if (OS.has_error() || sys::fs::rename(Tmp, Final)) {
+    OS.clear_error();
+    sys::fs::remove(Tmp);
+  }
+}
+
 static void retargetToHost(Module &M, const DataLayout &DL,
                            const std::string &Triple) {
   M.setTargetTriple(llvm::Triple(Triple));
@@ -174,6 +268,8 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
       return createStringError("ifunc '%s': bad bitcode: %s", A.Name.c_str(),
                                toString(Mod.takeError()).c_str());
     retargetToHost(**Mod, J->getDataLayout(), Triple);
+    if (Cache)
+      (*Mod)->setModuleIdentifier(cacheKey(A, M));
     if (Error E = J->addIRModule(
             JD, ThreadSafeModule(std::move(*Mod), std::move(Ctx))))
       return std::move(E);
@@ -209,6 +305,9 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
     L.Bound = Bound->toPtr<IfuncBoundFn>();
     L.Init = Init->toPtr<IfuncInitFn>();
   }
+  if (Cache && M.Kind == ImageKind::Bitcode)
+    L.FromDiskCache =
+        static_cast<DiskObjectCache &>(*Cache).hit(cacheKey(A, M));
   L.LoadMillis = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - Start)
                      .count();

@@ -17,12 +17,14 @@
 
 #include "tc/Archive.h"
 
+#include "llvm/ExecutionEngine/ObjectCache.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/Support/Error.h"
 
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 namespace tc {
@@ -77,7 +79,8 @@ struct LoadedIfunc {
   IfuncBoundFn Bound = nullptr; ///< Role::Source.
   IfuncInitFn Init = nullptr;   ///< Role::Source.
   ImageKind Kind = ImageKind::Bitcode;
-  double LoadMillis = 0; ///< Parse + compile/link + lookup, wall clock.
+  double LoadMillis = 0;   ///< Parse + compile/link + lookup, wall clock.
+  bool FromDiskCache = false; ///< The object came from JitOptions::CacheDir.
 };
 
 /// What a JitEngine may load and run.
@@ -87,6 +90,9 @@ struct JitOptions {
   std::string CPU;
   /// Directories deps may be loaded from; empty allows any (dlopen's search).
   std::vector<std::string> DepDirs;
+  /// Persistent cache of compiled objects; empty: none. Several processes
+  /// may share one directory.
+  std::string CacheDir;
 };
 
 class JitEngine {
@@ -120,9 +126,12 @@ private:
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
                                       llvm::orc::JITDylib &JD);
   using Key = std::pair<ArchiveHash, Role>;
+  std::string cacheKey(const Archive &A, const Member &M) const;
+  std::string HostFeatures;
   llvm::Error addDeps(llvm::ArrayRef<std::string> Deps, llvm::StringRef Name,
                       llvm::orc::JITDylib &JD);
 
+  std::unique_ptr<llvm::ObjectCache> Cache; ///< Before J: J uses it.
   std::unique_ptr<llvm::orc::LLJIT> J;
   std::string Triple, CPU;
   JitOptions Opts;
@@ -132,6 +141,28 @@ private:
     llvm::orc::JITDylib *JD = nullptr;
   };
   std::map<Key, Entry> Loaded;
+};
+
+/// The persistent object cache: one file per compiled module, named by a
+/// key that covers the code identity, role, member, host CPU and features
+/// and the LLVM version. A file holds the object's BLAKE3 hash then the
+/// object; it is written to a unique temporary name and renamed into place,
+/// so concurrent writers and readers never see half a file, and a damaged
+/// file is ignored (and recompiled over).
+class DiskObjectCache : public llvm::ObjectCache {
+public:
+  explicit DiskObjectCache(std::string Dir) : Dir(std::move(Dir)) {}
+  void notifyObjectCompiled(const llvm::Module *M,
+                            llvm::MemoryBufferRef Obj) override;
+  std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *M) override;
+  /// Whether the last getObject() for \p Key was a hit.
+  bool hit(llvm::StringRef Key) const;
+  std::string pathFor(llvm::StringRef Key) const;
+
+private:
+  std::string Dir;
+  mutable std::mutex Mutex;
+  std::set<std::string> Hits;
 };
 
 /// Checks that each of \p Symbols resolves in this process or in one of the

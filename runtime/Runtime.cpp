@@ -308,9 +308,11 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
   }
   ++Counters.Compiles;
   Counters.CompileMillis += L->LoadMillis;
-  event(formatv("loaded {0} {1} ({2:f2} ms, {3})", A->Name,
+  Counters.DiskCacheHits += L->FromDiskCache;
+  event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4})", A->Name,
                 toHex(A->Hash).substr(0, 16), L->LoadMillis,
-                imageKindName(L->Kind)));
+                imageKindName(L->Kind),
+                L->FromDiskCache ? ", from the disk cache" : ""));
   TargetArchives[A->Hash] = F.Archive.str();
   conn(C).Known[F.CodeId] = A->Hash;
   conn(C).Requested.erase(F.CodeId);

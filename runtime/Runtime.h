@@ -66,6 +66,7 @@ struct RuntimeCounters {
   uint64_t CodeFrames = 0;  ///< Frames that carried an archive.
   uint64_t CacheHits = 0;   ///< Invokes whose code was already loaded.
   uint64_t Compiles = 0;    ///< Loads (JIT or link) done.
+  uint64_t DiskCacheHits = 0; ///< Loads whose object came from the cache dir.
   double CompileMillis = 0; ///< Their total time.
   uint64_t CodeRequests = 0;
   uint64_t Evictions = 0;

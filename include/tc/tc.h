@@ -75,7 +75,8 @@ enum tc_context_params_field {
     TC_CONTEXT_PARAM_FIELD_EXEC_MODE  = TC_BIT(1),
     TC_CONTEXT_PARAM_FIELD_MAX_LOADED = TC_BIT(2),
     TC_CONTEXT_PARAM_FIELD_DEP_DIRS   = TC_BIT(3),
-    TC_CONTEXT_PARAM_FIELD_ALLOW      = TC_BIT(4)
+    TC_CONTEXT_PARAM_FIELD_ALLOW      = TC_BIT(4),
+    TC_CONTEXT_PARAM_FIELD_CACHE_DIR  = TC_BIT(5)
 };
 
 typedef struct tc_context_params {
@@ -90,6 +91,8 @@ typedef struct tc_context_params {
     /** Allowed archive hashes (32 bytes each); only these run on targets. */
     const uint8_t (*allow_hashes)[32];
     size_t         allow_count;
+    /** Persistent cache of compiled objects; may be shared by processes. */
+    const char    *cache_dir;
 } tc_context_params_t;
 
 enum tc_worker_params_field {

@@ -36,6 +36,8 @@ OPTIONS:
                        is listed in FILE
   --dep-dir DIR        Only load dependencies from DIR (repeatable)
   --max-loaded N       Keep at most N code identities loaded (0: no limit)
+  --cache-dir DIR      Keep compiled objects in DIR, so a restarted target
+                       (or another one sharing DIR) skips the JIT
   --exec MODE          auto | bitcode | object
   -v                   One line per event
   --help, --version
@@ -98,6 +100,8 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--allow", Allow, OptError) ||
                takeOption(argc, argv, I, "--max-loaded", MaxLoaded, OptError) ||
                takeOption(argc, argv, I, "--exec", Exec, OptError)) {
+    } else if (takeOption(argc, argv, I, "--cache-dir", V, OptError)) {
+      Opts.Jit.CacheDir = V;
     } else if (takeOption(argc, argv, I, "--dep-dir", V, OptError)) {
       Opts.Jit.DepDirs.push_back(V);
     } else if (!OptError.empty()) {
@@ -175,10 +179,10 @@ int main(int argc, char **argv) {
     Errors += KV.second;
   outs() << formatv("tc-serve: received {0}, executed {1}, code frames {2}, "
                     "cache hits {3}, compiles {4} ({5:f2} ms), code requests "
-                    "{6}, evictions {7}, errors {8}\n",
+                    "{6}, evictions {7}, errors {8}, disk cache hits {9}\n",
                     C.Received, C.Executed, C.CodeFrames, C.CacheHits,
                     C.Compiles, C.CompileMillis, C.CodeRequests, C.Evictions,
-                    Errors);
+                    Errors, C.DiskCacheHits);
   for (const auto &KV : C.Errors)
     outs() << "tc-serve: errors: " << wireStatusName(KV.first) << ": "
            << KV.second << "\n";

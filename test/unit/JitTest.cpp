@@ -3,6 +3,9 @@
 #include "IfuncIR.h"
 #include "Jit.h"
 
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
 
 #include "gtest/gtest.h"
@@ -174,6 +177,60 @@ TEST(Jit, DepOutsideAllowedDirectoriesIsRefused) {
   ASSERT_FALSE(!!L);
   EXPECT_NE(llvm::toString(L.takeError()).find("outside the allowed"),
             std::string::npos);
+}
+
+TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
+  llvm::SmallString<128> Dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("tc-jit-cache", Dir));
+  JitOptions O;
+  O.CacheDir = std::string(Dir);
+  Archive A = makeArchive("tsi", TsiIR);
+  {
+    auto E = JitEngine::create(O);
+    ASSERT_TRUE(!!E);
+    auto L = (*E)->load(A);
+    ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+    EXPECT_FALSE(L->FromDiskCache);
+  }
+  std::error_code EC;
+  std::vector<std::string> Files;
+  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
+       It.increment(EC))
+    Files.push_back(It->path());
+  ASSERT_EQ(Files.size(), 1u); // One object, no temporary left behind.
+  {
+    auto E = JitEngine::create(O); // As a restarted process would.
+    ASSERT_TRUE(!!E);
+    auto L = (*E)->load(A);
+    ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+    EXPECT_TRUE(L->FromDiskCache);
+    size_t C = 1;
+    L->Main(nullptr, 0, &C);
+    EXPECT_EQ(C, 2u);
+  }
+  {
+    // A damaged file is ignored: compiled again, and still correct.
+    std::string Path = Files[0];
+    auto B = llvm::MemoryBuffer::getFile(Path);
+    ASSERT_TRUE(!!B);
+    std::string Bytes = (*B)->getBuffer().str();
+    Bytes[Bytes.size() / 2] ^= 0x55;
+    {
+      std::error_code WEC;
+      llvm::raw_fd_ostream OS(Path, WEC);
+      ASSERT_FALSE(WEC);
+      OS << Bytes;
+    }
+    auto E = JitEngine::create(O);
+    ASSERT_TRUE(!!E);
+    auto L = (*E)->load(A);
+    ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+    EXPECT_FALSE(L->FromDiskCache);
+    size_t C = 1;
+    L->Main(nullptr, 0, &C);
+    EXPECT_EQ(C, 2u);
+  }
+  llvm::sys::fs::remove_directories(Dir);
 }
 
 TEST(Jit, NoMemberForThisHostListsWhatThereIs) {
