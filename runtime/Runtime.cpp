@@ -21,8 +21,13 @@ using namespace llvm;
 
 namespace tc {
 
+SourceCode::~SourceCode() {
+  if (std::shared_ptr<JitEngine> J = Jit.lock())
+    consumeError(J->unload(Hash, Role::Source));
+}
+
 Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
-                 std::unique_ptr<JitEngine> Jit)
+                 std::shared_ptr<JitEngine> Jit)
     : T(std::move(T)), Opts(std::move(Opts)), Jit(std::move(Jit)) {
   this->T->setHandler(this);
 }
@@ -65,6 +70,14 @@ Runtime::registerArchive(StringRef Bytes) {
                              A->Name.c_str(),
                              toString(Src.takeError()).c_str());
   F->Source = &*Src;
+  std::weak_ptr<SourceCode> &Slot = SourceCodes[A->Hash];
+  F->SourceHold = Slot.lock();
+  if (!F->SourceHold) {
+    F->SourceHold = std::make_shared<SourceCode>();
+    F->SourceHold->Jit = Jit;
+    F->SourceHold->Hash = A->Hash;
+    Slot = F->SourceHold;
+  }
 
   // Targets get the archive without source members; its hash is the code's
   // identity on the wire.

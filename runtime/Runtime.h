@@ -44,6 +44,14 @@
 
 namespace tc {
 
+/// Keeps an identity's source-side code loaded while any registration or
+/// message uses it, and unloads it from the JIT when the last one goes.
+struct SourceCode {
+  std::weak_ptr<JitEngine> Jit;
+  ArchiveHash Hash{}; ///< Of the registered archive (source members too).
+  ~SourceCode();
+};
+
 /// A registered ifunc, as the source sees it.
 struct Ifunc {
   std::string Name;
@@ -51,6 +59,7 @@ struct Ifunc {
   std::string Bytes;      ///< The archive as shipped (target members only).
   Archive Parsed;         ///< Including the source member.
   const LoadedIfunc *Source = nullptr; ///< payload_bound/_init, JIT-compiled.
+  std::shared_ptr<SourceCode> SourceHold; ///< Keeps Source loaded.
 };
 
 /// A message ready to send: an ifunc and its payload.
@@ -100,7 +109,7 @@ struct RemoteError {
 class Runtime : public TransportHandler {
 public:
   Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
-          std::unique_ptr<JitEngine> Jit);
+          std::shared_ptr<JitEngine> Jit);
   static llvm::Expected<std::unique_ptr<Runtime>>
   create(std::unique_ptr<Transport> T, RuntimeOptions Opts = {});
   ~Runtime() override;
@@ -230,8 +239,9 @@ private:
 
   std::unique_ptr<Transport> T;
   RuntimeOptions Opts;
-  std::unique_ptr<JitEngine> Jit;
+  std::shared_ptr<JitEngine> Jit;
   std::map<std::string, std::shared_ptr<const Ifunc>> Registered;
+  std::map<ArchiveHash, std::weak_ptr<SourceCode>> SourceCodes;
   std::unordered_map<ConnId, Conn> Conns;
   std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
   std::list<ArchiveHash> LRU; ///< front: most recently used

@@ -274,6 +274,26 @@ TEST(Runtime, DisconnectFailsPendingFences) {
   EXPECT_EQ(Err, "connection closed: peer closed the connection");
 }
 
+TEST(Runtime, SourceCodeIsUnloadedWhenTheLastUserGoes) {
+  Pair P;
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  auto Full = readArchive(llvm::MemoryBufferRef(Bytes, "a"));
+  ASSERT_TRUE(!!Full);
+  auto F1 = P.reg(Bytes);
+  auto F2 = P.reg(Bytes); // Same code registered twice: shared, not doubled.
+  EXPECT_EQ(F1->Source, F2->Source);
+  uint64_t X = 1;
+  auto M = P.Source->createMessage(F1, &X, 8);
+  ASSERT_TRUE(!!M);
+  P.Source->deregister(F2);
+  F1.reset();
+  F2.reset();
+  // A message still holds the code: it stays loaded.
+  EXPECT_NE(P.Source->jit().find(Full->Hash, Role::Source), nullptr);
+  *M = Message();
+  EXPECT_EQ(P.Source->jit().find(Full->Hash, Role::Source), nullptr);
+}
+
 TEST(Runtime, PayloadInitErrorsAreReported) {
   Pair P;
   Archive A;
