@@ -185,20 +185,36 @@ void internalizeAndStrip(Module &M, const StringSet<> &Keep) {
   MPM.run(M, MAM);
 }
 
+/// The CPU attributes Clang puts on every function of a translation unit.
+constexpr const char *CPUAttrs[] = {"target-cpu", "target-features",
+                                    "tune-cpu"};
+
+bool sameCPUAttrs(const Function &A, const Function &B) {
+  return llvm::all_of(CPUAttrs, [&](const char *Kind) {
+    return A.getFnAttribute(Kind) == B.getFnAttribute(Kind);
+  });
+}
+
 /// Things only the compiler host cares about; dropping them shrinks every
-/// shipped member and changes no behaviour.
-void dropHostOnlyMetadata(Module &M) {
+/// shipped member and changes no behaviour. \p Entry is the role's first
+/// entry point: its CPU attributes are the translation unit's defaults.
+void dropHostOnlyMetadata(Module &M, const Function &Entry) {
   for (const char *Name : {"llvm.ident", "llvm.errno.tbaa"})
     if (NamedMDNode *N = M.getNamedMetadata(Name))
       M.eraseNamedMetadata(N);
   M.setSourceFileName("");
-  for (Function &F : M) {
-    // The target JIT tunes for its own CPU: these would pin the member to
-    // the compiler's default CPU instead.
-    F.removeFnAttr("target-cpu");
-    F.removeFnAttr("target-features");
-    F.removeFnAttr("tune-cpu");
-  }
+  // The target JIT compiles for its own CPU, so the defaults would only pin
+  // the member to the compiler's idea of a baseline CPU. A function whose
+  // attributes differ (__attribute__((target("avx2"))) behind a runtime CPU
+  // check) keeps them: without them its intrinsics could not be selected on
+  // a host that lacks the feature.
+  SmallVector<Function *, 16> Default;
+  for (Function &F : M)
+    if (&F == &Entry || sameCPUAttrs(F, Entry))
+      Default.push_back(&F);
+  for (Function *F : Default)
+    for (const char *Kind : CPUAttrs)
+      F->removeFnAttr(Kind);
 }
 
 /// Rejects what survived stripping and cannot run where the code goes.
@@ -295,7 +311,7 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
           M.addModuleFlag(E.Behavior, E.Key->getString(), E.Val);
     }
   }
-  dropHostOnlyMetadata(M);
+  dropHostOnlyMetadata(M, *M.getFunction(Keep.front()));
   if (Error E = D.take())
     return E;
   std::string Broken;
