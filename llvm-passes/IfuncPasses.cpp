@@ -165,8 +165,12 @@ void internalizeAndStrip(Module &M, const StringSet<> &Keep) {
       continue;
     if (GV.getName().starts_with("llvm."))
       continue;
-    GV.setLinkage(GlobalValue::InternalLinkage);
-    GV.setVisibility(GlobalValue::DefaultVisibility);
+    // Private stays private: it keeps string constants out of the symbol
+    // table of the object the target JIT links.
+    if (!GV.hasLocalLinkage()) {
+      GV.setLinkage(GlobalValue::InternalLinkage);
+      GV.setVisibility(GlobalValue::DefaultVisibility);
+    }
     if (auto *GO = dyn_cast<GlobalObject>(&GV))
       GO->setComdat(nullptr);
   }
