@@ -219,6 +219,13 @@ void dropHostOnlyMetadata(Module &M, const Function &Entry) {
   for (Function *F : Default)
     for (const char *Kind : CPUAttrs)
       F->removeFnAttr(Kind);
+  // Clang spells out the stack-protector buffer size on every function;
+  // without the attribute LLVM uses 8 (SSPLayoutInfo::DefaultSSPBufferSize,
+  // private to LLVM), so that value says nothing.
+  for (Function &F : M)
+    if (F.getFnAttribute("stack-protector-buffer-size").getValueAsString() ==
+        "8")
+      F.removeFnAttr("stack-protector-buffer-size");
 }
 
 /// Rejects what survived stripping and cannot run where the code goes.
