@@ -457,4 +457,28 @@ tc_status_t tc_msg_send(tc_ep_h E, tc_msg_h M, tc_send_cb_t CB, void *Arg) {
 
 void tc_msg_free(tc_msg_h M) { delete M; }
 
+tc_status_t tc_worker_register_local(tc_worker_h W, const char *Name,
+                                     tc_local_fn_t Fn) {
+  if (!W || !Name || !Fn)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_register_local: NULL "
+                                      "argument");
+  if (llvm::Error E = W->RT->registerLocal(Name, Fn))
+    return fail(TC_ERR_INVALID_PARAM, std::move(E));
+  return TC_OK;
+}
+
+tc_status_t tc_ep_send_local(tc_ep_h E, const char *Name, const void *Payload,
+                             size_t Size, tc_send_cb_t CB, void *Arg) {
+  if (!E || !E->W || !Name || (!Payload && Size))
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_send_local: NULL argument");
+  if (!E->Conn)
+    return fail(TC_ERR_CONNECTION_RESET, "tc_ep_send_local: connection "
+                                         "closed");
+  E->W->RT->sendLocal(
+      E->Conn, Name,
+      llvm::StringRef(static_cast<const char *>(Payload), Size),
+      completion(CB, Arg));
+  return TC_INPROGRESS;
+}
+
 } // extern "C"

@@ -37,6 +37,8 @@ StringRef wireStatusName(WireStatus S) {
     return "hash mismatch";
   case WireStatus::NoRegion:
     return "no region exposed";
+  case WireStatus::UnknownLocal:
+    return "unknown local function";
   }
   return "unknown status";
 }
@@ -58,7 +60,9 @@ void encodeFrameHeader(const Frame &F, std::string &H) {
   endian::write32le(P + 8, F.CodeId);
   uint32_t Word = F.Type == FrameType::Error ? uint32_t(F.Status) : F.Flags;
   endian::write32le(P + 12, Word);
-  uint64_t First = F.Type == FrameType::Invoke       ? F.Payload.size()
+  uint64_t First = F.Type == FrameType::Invoke ||
+                           F.Type == FrameType::LocalInvoke
+                       ? F.Payload.size()
                    : F.Type == FrameType::Error      ? F.Message.size()
                    : F.Type == FrameType::RegionRead ? F.Length
                    : F.Type == FrameType::RegionData ? F.Data.size()
@@ -73,7 +77,7 @@ void encodeFrameHeader(const Frame &F, std::string &H) {
 std::string encodeFrame(const Frame &F) {
   std::string Out;
   encodeFrameHeader(F, Out);
-  if (F.Type == FrameType::Invoke)
+  if (F.Type == FrameType::Invoke || F.Type == FrameType::LocalInvoke)
     Out += F.Payload;
   if (hasCodeHeader(F))
     Out += F.Archive;
@@ -101,7 +105,7 @@ Expected<size_t> frameHeaderSize(StringRef B) {
                                      uint8_t(B[2]), FrameVersion)
                                  .str());
   uint8_t Type = uint8_t(B[3]);
-  if (Type < uint8_t(FrameType::Invoke) || Type > uint8_t(FrameType::RegionData))
+  if (Type < uint8_t(FrameType::Invoke) || Type > uint8_t(FrameType::LocalInvoke))
     return malformed(formatv("unknown frame type {0}", Type));
   bool Code = Type == uint8_t(FrameType::Code) ||
               (Type == uint8_t(FrameType::Invoke) &&
@@ -138,7 +142,7 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     break;
   case FrameType::Error:
     if (Word < uint32_t(WireStatus::MalformedFrame) ||
-        Word > uint32_t(WireStatus::NoRegion))
+        Word > uint32_t(WireStatus::UnknownLocal))
       return malformed(formatv("unknown error status {0}", Word));
     F.Status = WireStatus(Word);
     if (First > MaxErrorMessage)
@@ -155,6 +159,10 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     if (Word != 0)
       return malformed("region data with non-zero flags");
     break;
+  case FrameType::LocalInvoke:
+    if (Word != 0)
+      return malformed("local invoke with non-zero flags");
+    break;
   default:
     if (Word != 0 || First != 0)
       return malformed(formatv("{0} frame with non-zero fields",
@@ -167,7 +175,7 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
   if (First > Body.size() || ArchiveSize != Body.size() - First)
     return malformed(formatv("body is {0} bytes, header says {1} + {2}",
                              Body.size(), First, ArchiveSize));
-  if (F.Type == FrameType::Invoke)
+  if (F.Type == FrameType::Invoke || F.Type == FrameType::LocalInvoke)
     F.Payload = Body.take_front(First);
   else if (F.Type == FrameType::Error)
     F.Message = Body.take_front(First);
@@ -185,6 +193,15 @@ Expected<Frame> decodeFrame(StringRef Bytes) {
     return malformed(formatv("{0} bytes, header needs {1}", Bytes.size(),
                              *HSize));
   return decodeFrame(Bytes.take_front(*HSize), Bytes.drop_front(*HSize));
+}
+
+uint32_t localFunctionId(StringRef Name) {
+  uint32_t H = 2166136261u;
+  for (char C : Name) {
+    H ^= uint8_t(C);
+    H *= 16777619u;
+  }
+  return H;
 }
 
 } // namespace tc

@@ -34,6 +34,8 @@ enum class FrameType : uint8_t {
   FenceDone = 6,   ///< target -> sender: the fence's reply.
   RegionRead = 7,  ///< sender -> target: read the target's exposed region.
   RegionData = 8,  ///< target -> sender: the bytes read.
+  LocalInvoke = 9, ///< sender -> target: run a function already linked
+                   ///< into the target (the active-message baseline).
 };
 
 /// Flags of an Invoke frame.
@@ -55,16 +57,18 @@ enum class WireStatus : uint32_t {
   CodeUnavailable = 9, ///< Code id unknown and the sender no longer has it.
   HashMismatch = 10,   ///< The archive does not hash to the frame's hash.
   NoRegion = 11,       ///< RegionRead, but the target exposes no region.
+  UnknownLocal = 12,   ///< LocalInvoke of a function the target lacks.
 };
 
 /// A decoded frame. Views point into the decoded bytes.
 struct Frame {
   FrameType Type = FrameType::Invoke;
   uint32_t Seq = 0;    ///< Sender's message number on this endpoint.
-  uint32_t CodeId = 0; ///< Sender-chosen id of a code identity on this ep.
+  uint32_t CodeId = 0; ///< Sender-chosen id of a code identity on this ep;
+                       ///< LocalInvoke: the local function's id.
   uint32_t Flags = 0;
   ArchiveHash Hash{};      ///< Code, and Invoke with FrameHasCode.
-  llvm::StringRef Payload; ///< Invoke.
+  llvm::StringRef Payload; ///< Invoke, LocalInvoke.
   llvm::StringRef Archive; ///< Code, and Invoke with FrameHasCode.
   WireStatus Status = WireStatus::MalformedFrame; ///< Error.
   llvm::StringRef Message;                        ///< Error.
@@ -96,6 +100,10 @@ llvm::Expected<Frame> decodeFrame(llvm::StringRef Bytes);
 llvm::Expected<size_t> frameHeaderSize(llvm::StringRef Bytes);
 
 llvm::StringRef wireStatusName(WireStatus S);
+
+/// The id a LocalInvoke frame uses for the function registered as \p Name:
+/// 32-bit FNV-1a of the name, so sender and target agree without talking.
+uint32_t localFunctionId(llvm::StringRef Name);
 
 } // namespace tc
 

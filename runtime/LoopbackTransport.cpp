@@ -7,12 +7,18 @@
 // connection is a pair of ids, one per side, and a frame sent on one side is
 // queued in the other side's inbox.
 //
+// Transports of one hub may run on different threads: everything one
+// transport hands another (frames, accepts, disconnects) goes through the
+// hub's mutex, and wait() sleeps on a condition variable until it arrives.
+// Handler callbacks never run with the mutex held.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Transport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -27,6 +33,7 @@ class LoopbackTransport;
 
 class LoopbackHub {
 public:
+  /// Guards the maps below and every transport's shared state.
   std::mutex Mutex;
   std::map<std::pair<std::string, uint16_t>, LoopbackTransport *> Listeners;
   std::map<uint64_t, LoopbackTransport *> ByAddress;
@@ -50,10 +57,10 @@ public:
       for (auto It = Hub->Listeners.begin(); It != Hub->Listeners.end();)
         It = It->second == this ? Hub->Listeners.erase(It) : std::next(It);
       Hub->ByAddress.erase(Address);
+      for (auto &KV : Conns)
+        if (KV.second.Peer)
+          KV.second.Peer->peerGone(KV.second.PeerId);
     }
-    for (auto &KV : Conns)
-      if (KV.second.Peer)
-        KV.second.Peer->peerGone(KV.second.PeerId);
     for (auto &D : Completions)
       D.Done(createStringError("transport destroyed"));
   }
@@ -74,49 +81,49 @@ public:
   }
 
   Expected<ConnId> connect(StringRef Host, uint16_t Port) override {
-    LoopbackTransport *Peer;
-    {
-      std::lock_guard<std::mutex> L(Hub->Mutex);
-      auto It = Hub->Listeners.find({Host.str(), Port});
-      if (It == Hub->Listeners.end())
-        return createStringError(
-            formatv("loopback: nothing listens on {0}:{1}", Host, Port).str());
-      Peer = It->second;
-    }
-    return join(Peer);
+    std::lock_guard<std::mutex> L(Hub->Mutex);
+    auto It = Hub->Listeners.find({Host.str(), Port});
+    if (It == Hub->Listeners.end())
+      return createStringError(
+          formatv("loopback: nothing listens on {0}:{1}", Host, Port).str());
+    return join(It->second);
   }
 
   Expected<std::string> address() override { return std::to_string(Address); }
 
   Expected<ConnId> connectAddress(StringRef A) override {
     uint64_t N;
-    LoopbackTransport *Peer = nullptr;
+    std::lock_guard<std::mutex> L(Hub->Mutex);
     if (!A.getAsInteger(10, N)) {
-      std::lock_guard<std::mutex> L(Hub->Mutex);
       auto It = Hub->ByAddress.find(N);
       if (It != Hub->ByAddress.end())
-        Peer = It->second;
+        return join(It->second);
     }
-    if (!Peer)
-      return createStringError("loopback: unknown address '%s'",
-                               A.str().c_str());
-    return join(Peer);
+    return createStringError("loopback: unknown address '%s'",
+                             A.str().c_str());
   }
 
   void send(ConnId C, StringRef Header, StringRef Body,
             unique_function<void(Error)> Done) override {
-    auto It = Conns.find(C);
-    if (It == Conns.end() || !It->second.Peer) {
-      Completions.push_back(
-          {std::move(Done), formatv("loopback: connection {0} is closed", C)});
-      return;
+    {
+      std::lock_guard<std::mutex> L(Hub->Mutex);
+      auto It = Conns.find(C);
+      if (It != Conns.end() && It->second.Peer) {
+        LoopbackTransport *Peer = It->second.Peer;
+        Peer->Inbox.push_back(
+            {It->second.PeerId, Header.str() + Body.str(), Header.size()});
+        Peer->Ready.notify_all();
+        // The body was copied: it may be reused as soon as Done runs.
+        Completions.push_back({std::move(Done), ""});
+        return;
+      }
     }
-    It->second.Peer->Inbox.push_back(
-        {It->second.PeerId, Header.str() + Body.str(), Header.size()});
-    Completions.push_back({std::move(Done), ""});
+    Completions.push_back(
+        {std::move(Done), formatv("loopback: connection {0} is closed", C)});
   }
 
   void disconnect(ConnId C) override {
+    std::lock_guard<std::mutex> L(Hub->Mutex);
     auto It = Conns.find(C);
     if (It == Conns.end())
       return;
@@ -127,9 +134,17 @@ public:
 
   bool progress() override {
     bool Did = false;
-    // Swap out what is due now: callbacks may queue more.
+    // Take out what is due now: callbacks may queue more.
     std::deque<Completion> Done;
     Done.swap(Completions);
+    std::deque<ConnId> Accepts, Gone;
+    std::deque<Delivery> In;
+    {
+      std::lock_guard<std::mutex> L(Hub->Mutex);
+      Accepts.swap(PendingAccepts);
+      In.swap(Inbox);
+      Gone.swap(PendingGone);
+    }
     for (Completion &C : Done) {
       Did = true;
       if (C.Error.empty())
@@ -137,42 +152,56 @@ public:
       else
         C.Done(createStringError(C.Error));
     }
-    std::deque<ConnId> Accepts;
-    Accepts.swap(PendingAccepts);
     for (ConnId C : Accepts) {
       Did = true;
-      Handler->onAccept(C);
+      if (isOpen(C))
+        Handler->onAccept(C);
     }
-    std::deque<Delivery> In;
-    In.swap(Inbox);
     for (Delivery &D : In) {
       Did = true;
-      if (!Conns.count(D.Conn))
+      if (!isOpen(D.Conn))
         continue; // Closed locally after it was queued.
       StringRef All = D.Bytes;
       Handler->onFrame(D.Conn, All.take_front(D.HeaderSize),
                        All.drop_front(D.HeaderSize));
     }
-    std::deque<ConnId> Gone;
-    Gone.swap(PendingGone);
     for (ConnId C : Gone) {
       Did = true;
-      Conns.erase(C);
+      {
+        std::lock_guard<std::mutex> L(Hub->Mutex);
+        if (!Conns.erase(C))
+          continue; // Closed locally meanwhile: not ours to report.
+      }
       Handler->onDisconnect(C, "peer closed the connection");
     }
     return Did;
   }
 
-  Error wait(int) override {
-    // Everything is in-process: there is never anything to block for.
+  Error wait(int TimeoutMs) override {
+    if (!Completions.empty())
+      return Error::success();
+    std::unique_lock<std::mutex> L(Hub->Mutex);
+    auto HasWork = [&] {
+      return !Inbox.empty() || !PendingAccepts.empty() ||
+             !PendingGone.empty() || Signaled;
+    };
+    if (TimeoutMs < 0)
+      Ready.wait(L, HasWork);
+    else
+      Ready.wait_for(L, std::chrono::milliseconds(TimeoutMs), HasWork);
+    Signaled = false;
     return Error::success();
   }
 
-  void signal() override {}
+  void signal() override {
+    std::lock_guard<std::mutex> L(Hub->Mutex);
+    Signaled = true;
+    Ready.notify_all();
+  }
 
 private:
   struct Conn {
-    LoopbackTransport *Peer = nullptr;
+    LoopbackTransport *Peer = nullptr; ///< Null once the peer is gone.
     ConnId PeerId = 0;
   };
   struct Delivery {
@@ -185,32 +214,45 @@ private:
     std::string Error; ///< Empty: success.
   };
 
-  Expected<ConnId> join(LoopbackTransport *Peer) {
+  /// Joins us to \p Peer. Hub->Mutex is held.
+  ConnId join(LoopbackTransport *Peer) {
     ConnId Mine = NextConn++;
     ConnId Theirs = Peer->NextConn++;
     Conns[Mine] = {Peer, Theirs};
     Peer->Conns[Theirs] = {this, Mine};
     Peer->PendingAccepts.push_back(Theirs);
+    Peer->Ready.notify_all();
     return Mine;
   }
 
   /// The other side of \p C went away: report it from our next progress().
+  /// Hub->Mutex is held.
   void peerGone(ConnId C) {
     auto It = Conns.find(C);
     if (It == Conns.end())
       return;
     It->second.Peer = nullptr;
     PendingGone.push_back(C);
+    Ready.notify_all();
+  }
+
+  bool isOpen(ConnId C) {
+    std::lock_guard<std::mutex> L(Hub->Mutex);
+    return Conns.count(C);
   }
 
   std::shared_ptr<LoopbackHub> Hub;
   uint64_t Address = 0;
   TransportHandler *Handler = nullptr;
+  /// Owner thread only.
+  std::deque<Completion> Completions;
+  /// Under Hub->Mutex: peers write these.
   std::map<ConnId, Conn> Conns;
   ConnId NextConn = 1;
   std::deque<Delivery> Inbox;
-  std::deque<Completion> Completions;
   std::deque<ConnId> PendingAccepts, PendingGone;
+  bool Signaled = false;
+  std::condition_variable Ready;
 };
 
 } // namespace

@@ -349,32 +349,58 @@ void Runtime::evict(const ArchiveHash &Which) {
   event("evicted " + toHex(H).substr(0, 16));
 }
 
-void Runtime::runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L) {
-  // Give the ifunc an aligned, writable copy: the transport's buffer may be
-  // neither.
+void Runtime::callMain(IfuncMainFn Main, StringRef Name, StringRef Payload) {
+  // Give the function an aligned, writable copy: the transport's buffer may
+  // be neither.
   static thread_local std::vector<std::max_align_t> Scratch;
-  size_t Words = (F.Payload.size() + sizeof(std::max_align_t) - 1) /
+  size_t Words = (Payload.size() + sizeof(std::max_align_t) - 1) /
                  sizeof(std::max_align_t);
   if (Scratch.size() < Words)
     Scratch.resize(Words);
   std::vector<std::max_align_t> Local;
   std::max_align_t *Buf = Scratch.data();
-  // The ifunc may re-enter the runtime and receive another frame; a nested
-  // call must not overwrite this payload.
+  // The function may re-enter the runtime and receive another frame; a
+  // nested call must not overwrite this payload.
   static thread_local int Depth = 0;
   if (Depth > 0) {
     Local.resize(Words);
     Buf = Local.data();
   }
-  if (!F.Payload.empty())
-    std::memcpy(Buf, F.Payload.data(), F.Payload.size());
-  auto Named = NamedTargetArgs.find(L.Name);
+  if (!Payload.empty())
+    std::memcpy(Buf, Payload.data(), Payload.size());
+  auto Named = NamedTargetArgs.find(Name.str());
   void *Args =
       Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
   ++Depth;
-  L.Main(Buf, F.Payload.size(), Args);
+  Main(Buf, Payload.size(), Args);
   --Depth;
   ++Counters.Executed;
+}
+
+void Runtime::runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L) {
+  callMain(L.Main, L.Name, F.Payload);
+}
+
+Error Runtime::registerLocal(StringRef Name, IfuncMainFn Fn) {
+  uint32_t Id = localFunctionId(Name);
+  auto [It, New] = Locals.try_emplace(Id, Name.str(), Fn);
+  if (!New && It->second.first != Name)
+    return createStringError("local function '%s' has the same id as '%s'",
+                             Name.str().c_str(), It->second.first.c_str());
+  It->second.second = Fn;
+  return Error::success();
+}
+
+void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
+                        unique_function<void(Error)> Done) {
+  Conn &S = conn(C);
+  Frame F;
+  F.Type = FrameType::LocalInvoke;
+  F.Seq = S.NextSeq++;
+  F.CodeId = localFunctionId(Name);
+  auto Body = std::make_shared<std::string>(Payload.str());
+  F.Payload = *Body;
+  sendFrame(C, F, std::move(Body), std::move(Done));
 }
 
 bool Runtime::handle(ConnId C, const Frame &F) {
@@ -412,6 +438,17 @@ bool Runtime::handle(ConnId C, const Frame &F) {
       touch(L->Hash);
     }
     runInvoke(C, F, *L);
+    return true;
+  }
+  case FrameType::LocalInvoke: {
+    ++Counters.Received;
+    auto It = Locals.find(F.CodeId);
+    if (It == Locals.end()) {
+      sendError(C, F, WireStatus::UnknownLocal,
+                formatv("no local function with id {0:x}", F.CodeId).str());
+      return true;
+    }
+    callMain(It->second.second, It->second.first, F.Payload);
     return true;
   }
   case FrameType::Fence: {
@@ -482,6 +519,7 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
   Conn &S = conn(C);
   switch (F.Type) {
   case FrameType::Invoke:
+  case FrameType::LocalInvoke:
   case FrameType::Fence:
   case FrameType::RegionRead:
     if (!S.Queue.empty() || !handle(C, F)) {

@@ -144,6 +144,12 @@ public:
   void send(ConnId Conn, const Message &M,
             llvm::unique_function<void(llvm::Error)> Done = nullptr);
 
+  /// Sends a LocalInvoke: runs the function the target registered under
+  /// \p Name (registerLocal) on \p Payload. The active-message baseline:
+  /// no code travels or is looked up, only an id and the payload.
+  void sendLocal(ConnId Conn, llvm::StringRef Name, llvm::StringRef Payload,
+                 llvm::unique_function<void(llvm::Error)> Done = nullptr);
+
   /// Sends a fence; \p Done runs when the target has processed every
   /// earlier message on \p Conn (run or rejected).
   void fence(ConnId Conn, llvm::unique_function<void(llvm::Error)> Done);
@@ -170,6 +176,10 @@ public:
   void setTargetArgs(llvm::StringRef Name, void *Args) {
     NamedTargetArgs[Name.str()] = Args;
   }
+
+  /// Registers a function linked into this process for LocalInvoke
+  /// frames. It gets target_args like an ifunc named \p Name would.
+  llvm::Error registerLocal(llvm::StringRef Name, IfuncMainFn Fn);
 
   /// Frees loaded code of \p Hash and forgets every code id naming it, so
   /// senders are asked for it again on next use.
@@ -235,6 +245,8 @@ private:
   llvm::Expected<const LoadedIfunc *> admitCode(ConnId C, const Frame &F,
                                                 WireStatus &Why);
   void runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L);
+  void callMain(IfuncMainFn Main, llvm::StringRef Name,
+                llvm::StringRef Payload);
   void touch(const ArchiveHash &H);
 
   std::unique_ptr<Transport> T;
@@ -246,6 +258,7 @@ private:
   std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
   std::list<ArchiveHash> LRU; ///< front: most recently used
   std::map<std::string, void *> NamedTargetArgs;
+  std::map<uint32_t, std::pair<std::string, IfuncMainFn>> Locals;
   RuntimeCounters Counters;
   llvm::unique_function<void(const RemoteError &)> RemoteErrorCB;
   llvm::unique_function<void(ConnId)> AcceptCB;

@@ -15,11 +15,22 @@
 // frames behind it on the same connection wait in a per-connection queue
 // until it has arrived.
 //
+// Completions: every send completion and every disconnect is queued and
+// reported from progress(), so no callback runs inside send(), connect() or
+// disconnect(), and none runs from the destructor except Done (with an
+// error). Before onDisconnect(C), every send still pending on C completes.
+//
+// Limits: a peer that connected by worker address is known only through the
+// reply endpoint UCX made for it, which carries no error handler of ours; its
+// death is noticed when a send to it fails, not by an onDisconnect of its own.
+//
 //===----------------------------------------------------------------------===//
 
 #include "Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <ucp/api/ucp.h>
@@ -50,10 +61,14 @@ Error ucxError(const Twine &What, ucs_status_t S) {
 
 class UcxTransport;
 
-/// A send in flight: owns the header until UCX is done with it.
+/// A send in flight: owns the header until UCX is done with it (UCX 1.13
+/// has no UCP_AM_SEND_FLAG_COPY_HEADER).
 struct SendOp {
   UcxTransport *T;
+  ConnId Conn;
   std::string Header;
+  /// Empty once reported (the connection died first); the op then lives on
+  /// only until UCX lets go of it.
   unique_function<void(Error)> Done;
 };
 
@@ -64,10 +79,12 @@ struct Arrival {
   bool Ready = false; ///< False while a rendezvous receive is in flight.
 };
 
+/// A rendezvous receive in flight. It shares the buffer with the queue so
+/// that dropping the connection never frees memory UCX is writing into.
 struct RecvOp {
   UcxTransport *T;
   ConnId Conn;
-  Arrival *Slot;
+  std::shared_ptr<Arrival> Slot;
 };
 
 class UcxTransport final : public Transport {
@@ -92,7 +109,7 @@ private:
   struct Conn {
     ucp_ep_h Ep = nullptr;
     std::string Peer; ///< For messages: host:port or "address peer".
-    std::deque<std::unique_ptr<Arrival>> Queue;
+    std::deque<std::shared_ptr<Arrival>> Queue;
   };
 
   UcxTransport() = default;
@@ -101,12 +118,17 @@ private:
   void closeEp(ucp_ep_h Ep, bool Force);
   void deliverReady(ConnId C);
   void lost(ucp_ep_h Ep, ucs_status_t S);
+  void complete(unique_function<void(Error)> Done, std::string Err) {
+    Activity = true;
+    Completions.emplace_back(std::move(Done), std::move(Err));
+  }
   /// Frees the endpoint-close requests that have finished.
   void reapClosing() {
-    llvm::erase_if(Closing, [](void *R) {
-      if (ucp_request_check_status(R) == UCS_INPROGRESS)
+    llvm::erase_if(Closing, [&](const std::pair<void *, ucp_ep_h> &R) {
+      if (ucp_request_check_status(R.first) == UCS_INPROGRESS)
         return false;
-      ucp_request_free(R);
+      ClosingEps.erase(R.second);
+      ucp_request_free(R.first);
       return true;
     });
   }
@@ -127,12 +149,20 @@ private:
   std::map<ConnId, Conn> Conns;
   DenseMap<ucp_ep_h, ConnId> ByEp;
   ConnId NextConn = 1;
-  /// Work to report from the next progress(): completions of sends that
-  /// finished inside send(), and disconnects.
-  std::deque<std::pair<unique_function<void(Error)>, std::string>> Deferred;
+  /// Work to report from the next progress(): send completions (an empty
+  /// string is success) and disconnects.
+  std::deque<std::pair<unique_function<void(Error)>, std::string>>
+      Completions;
   std::deque<std::pair<ConnId, std::string>> Lost;
-  std::vector<void *> Closing; ///< ep close requests in flight
+  /// Endpoint close requests in flight, and their endpoints: a frame that
+  /// arrives on a closing endpoint belongs to no connection and is dropped.
+  std::vector<std::pair<void *, ucp_ep_h>> Closing;
+  DenseSet<ucp_ep_h> ClosingEps;
+  /// Sends UCX has not completed, on open and closed connections alike.
+  SmallPtrSet<SendOp *, 16> Sending;
   bool Activity = false;
+  /// Set by the destructor: no handler callback may run any more.
+  bool Destroying = false;
 };
 
 Expected<std::unique_ptr<UcxTransport>>
@@ -181,10 +211,12 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
 }
 
 UcxTransport::~UcxTransport() {
+  Destroying = true;
   if (Listener)
     ucp_listener_destroy(Listener);
   // Close every endpoint, flushing so peers hear about it; force what has
-  // not finished in a bounded time (the peer may be dead).
+  // not finished in a bounded time (the peer may be dead, and a flush to a
+  // dead peer lasts until UCX's keepalive gives up on it).
   std::vector<ucp_ep_h> Eps;
   for (auto &KV : Conns)
     if (KV.second.Ep)
@@ -192,23 +224,32 @@ UcxTransport::~UcxTransport() {
   for (ucp_ep_h Ep : Eps)
     closeEp(Ep, /*Force=*/false);
   auto Deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (!Closing.empty() && std::chrono::steady_clock::now() < Deadline) {
-    if (Worker)
-      ucp_worker_progress(Worker);
+  while (Worker && !Closing.empty() &&
+         std::chrono::steady_clock::now() < Deadline) {
+    ucp_worker_progress(Worker);
     reapClosing();
   }
-  for (void *R : Closing)
-    ucp_request_cancel(Worker, R);
   if (Worker) {
+    // A close in flight cannot be forced any more; freeing its request lets
+    // ucp_worker_destroy() release the endpoint.
+    for (auto &R : Closing)
+      ucp_request_free(R.first);
+    Closing.clear();
     while (ucp_worker_progress(Worker))
       ;
-    for (void *R : Closing)
-      ucp_request_free(R);
   }
-  for (auto &D : Deferred)
-    D.first(createStringError("transport destroyed"));
+  // Whatever UCX still holds is released by ucp_worker_destroy(); report
+  // the sends it never completed.
+  for (SendOp *Op : Sending)
+    if (Op->Done)
+      Completions.emplace_back(std::move(Op->Done), "");
   if (Worker)
-    ucp_worker_destroy(Worker);
+    ucp_worker_destroy(Worker); // May complete sends: onSendDone frees them.
+  for (SendOp *Op : Sending)
+    delete Op;
+  for (auto &D : Completions)
+    D.first(createStringError(D.second.empty() ? "transport destroyed"
+                                               : D.second));
   if (Context)
     ucp_cleanup(Context);
   if (WakeFd >= 0)
@@ -317,11 +358,20 @@ Expected<ConnId> UcxTransport::connectAddress(StringRef Address) {
 
 void UcxTransport::onSendDone(void *Req, ucs_status_t S, void *User) {
   auto *Op = static_cast<SendOp *>(User);
-  Op->T->Activity = true;
-  if (S == UCS_OK)
-    Op->Done(Error::success());
-  else
-    Op->Done(ucxError("send failed", S));
+  UcxTransport *T = Op->T;
+  T->Sending.erase(Op);
+  std::string Peer = "connection " + std::to_string(Op->Conn);
+  auto It = T->Conns.find(Op->Conn);
+  if (It != T->Conns.end())
+    Peer = It->second.Peer;
+  // Queued, not called: a forced close completes sends from inside
+  // ucp_ep_close_nbx(), which disconnect() and the destructor call.
+  if (Op->Done)
+    T->complete(std::move(Op->Done),
+                S == UCS_OK ? std::string()
+                            : formatv("send to {0} failed: {1}", Peer,
+                                      ucs_status_string(S))
+                                  .str());
   delete Op;
   ucp_request_free(Req);
 }
@@ -330,11 +380,10 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
                         unique_function<void(Error)> Done) {
   auto It = Conns.find(C);
   if (It == Conns.end() || !It->second.Ep) {
-    Deferred.emplace_back(std::move(Done),
-                          formatv("connection {0} is closed", C).str());
+    complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
-  auto *Op = new SendOp{this, Header.str(), std::move(Done)};
+  auto *Op = new SendOp{this, C, Header.str(), std::move(Done)};
   ucp_request_param_t P{};
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;
@@ -345,15 +394,16 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
       ucp_am_send_nbx(It->second.Ep, TcAmId, Op->Header.data(),
                       Op->Header.size(), Body.data(), Body.size(), &P);
   if (R == nullptr) {
-    Deferred.emplace_back(std::move(Op->Done), "");
+    complete(std::move(Op->Done), "");
     delete Op;
   } else if (UCS_PTR_IS_ERR(R)) {
-    Deferred.emplace_back(
-        std::move(Op->Done),
-        formatv("send to {0} failed: {1}", It->second.Peer,
-                ucs_status_string(UCS_PTR_STATUS(R)))
-            .str());
+    complete(std::move(Op->Done),
+             formatv("send to {0} failed: {1}", It->second.Peer,
+                     ucs_status_string(UCS_PTR_STATUS(R)))
+                 .str());
     delete Op;
+  } else {
+    Sending.insert(Op);
   }
 }
 
@@ -361,9 +411,8 @@ void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
   ucp_request_param_t P{};
   P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   P.flags = Force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  ucs_status_ptr_t R = ucp_ep_close_nbx(Ep, &P);
-  if (R && !UCS_PTR_IS_ERR(R))
-    Closing.push_back(R);
+  // Unmap first: a forced close completes sends at once, and their
+  // connection must already read as closed.
   auto It = ByEp.find(Ep);
   if (It != ByEp.end()) {
     auto C = Conns.find(It->second);
@@ -371,15 +420,25 @@ void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
       C->second.Ep = nullptr;
     ByEp.erase(It);
   }
+  ucs_status_ptr_t R = ucp_ep_close_nbx(Ep, &P);
+  if (R && !UCS_PTR_IS_ERR(R)) {
+    Closing.emplace_back(R, Ep);
+    ClosingEps.insert(Ep);
+  }
 }
 
 void UcxTransport::disconnect(ConnId C) {
   auto It = Conns.find(C);
   if (It == Conns.end())
     return;
+  // Flush: frames already sent reach the peer, and their sends complete
+  // (from a later progress()) as UCX finishes them, successfully or not.
   if (It->second.Ep)
     closeEp(It->second.Ep, /*Force=*/false);
   Conns.erase(It);
+  llvm::erase_if(Lost, [&](const std::pair<ConnId, std::string> &L) {
+    return L.first == C;
+  });
 }
 
 void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
@@ -388,8 +447,13 @@ void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
     return;
   ConnId C = It->second;
   std::string Peer = Conns.count(C) ? Conns[C].Peer : std::string("peer");
+  Activity = true;
+  // UCX asks for a forced close of a failed endpoint; it completes the
+  // sends still pending (with UCS_ERR_CANCELED) before it returns.
   closeEp(Ep, /*Force=*/true);
-  Lost.emplace_back(C, Peer + ": " + ucs_status_string(S));
+  Lost.emplace_back(C, formatv("connection to {0} lost: {1}", Peer,
+                               ucs_status_string(S))
+                           .str());
 }
 
 void UcxTransport::onEpError(void *Arg, ucp_ep_h Ep, ucs_status_t S) {
@@ -399,6 +463,10 @@ void UcxTransport::onEpError(void *Arg, ucp_ep_h Ep, ucs_status_t S) {
 void UcxTransport::onConnRequest(ucp_conn_request_h Req, void *Arg) {
   auto *T = static_cast<UcxTransport *>(Arg);
   T->Activity = true;
+  if (T->Destroying) {
+    ucp_listener_reject(T->Listener, Req);
+    return;
+  }
   ucp_conn_request_attr_t A{};
   A.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
   std::string Peer = "client";
@@ -421,19 +489,21 @@ void UcxTransport::onConnRequest(ucp_conn_request_h Req, void *Arg) {
   P.conn_request = Req;
   Expected<ConnId> C = T->createEp(P, Peer);
   if (!C) {
+    // The client sees its connection fail; we have nothing to report.
     consumeError(C.takeError());
+    ucp_listener_reject(T->Listener, Req);
     return;
   }
   T->Handler->onAccept(*C);
 }
 
 void UcxTransport::deliverReady(ConnId C) {
-  while (true) {
+  while (!Destroying) {
     auto It = Conns.find(C);
     if (It == Conns.end() || It->second.Queue.empty() ||
         !It->second.Queue.front()->Ready)
       return;
-    std::unique_ptr<Arrival> A = std::move(It->second.Queue.front());
+    std::shared_ptr<Arrival> A = std::move(It->second.Queue.front());
     It->second.Queue.pop_front();
     Handler->onFrame(C, A->Header, A->Body);
   }
@@ -449,8 +519,8 @@ void UcxTransport::onRecvDone(void *Req, ucs_status_t S, size_t, void *User) {
     // The frame is lost with the connection; drop it from the queue.
     auto It = T->Conns.find(Op->Conn);
     if (It != T->Conns.end())
-      llvm::erase_if(It->second.Queue, [&](const std::unique_ptr<Arrival> &A) {
-        return A.get() == Op->Slot;
+      llvm::erase_if(It->second.Queue, [&](const std::shared_ptr<Arrival> &A) {
+        return A == Op->Slot;
       });
   }
   ConnId C = Op->Conn;
@@ -465,10 +535,15 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
                                 const ucp_am_recv_param_t *Param) {
   auto *T = static_cast<UcxTransport *>(Arg);
   T->Activity = true;
+  if (T->Destroying)
+    return UCS_OK;
   if (!(Param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
       !Param->reply_ep)
     return UCS_OK; // Not one of ours: tc always asks for a reply ep.
   ucp_ep_h Ep = Param->reply_ep;
+  // A frame racing our disconnect(): its connection is gone.
+  if (T->ClosingEps.count(Ep))
+    return UCS_OK;
   ConnId C;
   auto Known = T->ByEp.find(Ep);
   if (Known != T->ByEp.end()) {
@@ -486,10 +561,9 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
                                         Length));
     return UCS_OK;
   }
-  auto A = std::make_unique<Arrival>();
-  A->Header = H.str();
-  Arrival *Slot = A.get();
-  Co.Queue.push_back(std::move(A));
+  auto Slot = std::make_shared<Arrival>();
+  Slot->Header = H.str();
+  Co.Queue.push_back(Slot);
   if (!Rndv) {
     Slot->Body.assign(static_cast<const char *>(Data), Length);
     Slot->Ready = true;
@@ -514,28 +588,42 @@ bool UcxTransport::progress() {
   Activity = false;
   while (ucp_worker_progress(Worker))
     Activity = true;
-  while (!Deferred.empty()) {
-    auto D = std::move(Deferred.front());
-    Deferred.pop_front();
-    Activity = true;
-    if (D.second.empty())
-      D.first(Error::success());
-    else
-      D.first(createStringError(D.second));
-  }
-  while (!Lost.empty()) {
-    auto L = std::move(Lost.front());
-    Lost.pop_front();
-    Activity = true;
-    Conns.erase(L.first);
-    Handler->onDisconnect(L.first, L.second);
+  // Callbacks may send or disconnect, queueing more: loop until quiet.
+  while (!Completions.empty() || !Lost.empty()) {
+    while (!Completions.empty()) {
+      auto D = std::move(Completions.front());
+      Completions.pop_front();
+      Activity = true;
+      if (D.second.empty())
+        D.first(Error::success());
+      else
+        D.first(createStringError(D.second));
+    }
+    if (!Lost.empty()) {
+      auto L = std::move(Lost.front());
+      Lost.pop_front();
+      Activity = true;
+      auto It = Conns.find(L.first);
+      if (It == Conns.end())
+        continue;
+      // The forced close has completed them; should UCX still hold one,
+      // its Done must nevertheless run before onDisconnect.
+      std::vector<unique_function<void(Error)>> Late;
+      for (SendOp *Op : Sending)
+        if (Op->Conn == L.first && Op->Done)
+          Late.push_back(std::exchange(Op->Done, nullptr));
+      Conns.erase(It);
+      for (auto &Done : Late)
+        Done(createStringError(L.second));
+      Handler->onDisconnect(L.first, L.second);
+    }
   }
   reapClosing();
   return Activity;
 }
 
 Error UcxTransport::wait(int TimeoutMs) {
-  if (!Deferred.empty() || !Lost.empty())
+  if (!Completions.empty() || !Lost.empty())
     return Error::success();
   ucs_status_t S = ucp_worker_arm(Worker);
   if (S == UCS_ERR_BUSY)

@@ -111,6 +111,10 @@ typedef struct tc_worker_params {
     void                *error_arg;
 } tc_worker_params_t;
 
+/** A function linked into the target, run by tc_ep_send_local(). */
+typedef void (*tc_local_fn_t)(void *payload, size_t payload_size,
+                              void *target_args);
+
 /** Completion of a send or flush. */
 typedef void (*tc_send_cb_t)(void *arg, tc_status_t status);
 
@@ -161,6 +165,12 @@ tc_status_t tc_worker_set_target_args(tc_worker_h worker, const char *name,
 tc_status_t tc_worker_query_stats(tc_worker_h worker,
                                   tc_worker_stats_t *stats_p);
 
+/** @brief Register @p fn (linked into this process) under @p name for
+ *  tc_ep_send_local(): the active-message baseline, where no code travels.
+ *  It gets the target_args an ifunc called @p name would. */
+tc_status_t tc_worker_register_local(tc_worker_h worker, const char *name,
+                                     tc_local_fn_t fn);
+
 /** @brief Connect to a listening worker. */
 tc_status_t tc_ep_connect(tc_worker_h worker, const char *host, uint16_t port,
                           tc_ep_h *ep_p);
@@ -195,6 +205,13 @@ void       *tc_msg_payload(tc_msg_h msg, size_t *size_p);
  *  or freed right after this call returns. */
 tc_status_t tc_msg_send(tc_ep_h ep, tc_msg_h msg, tc_send_cb_t cb, void *arg);
 void        tc_msg_free(tc_msg_h msg);
+
+/** @brief Run the function the target registered as @p name on a copy of
+ *  @p payload (an id and the payload travel, nothing else). Returns
+ *  TC_INPROGRESS; @p cb as for tc_msg_send(). The payload may be reused
+ *  when this returns. */
+tc_status_t tc_ep_send_local(tc_ep_h ep, const char *name, const void *payload,
+                             size_t size, tc_send_cb_t cb, void *arg);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,7 @@ using namespace llvm;
 using namespace tc;
 
 static const char *const Usage =
-    R"(USAGE: tc-send --to HOST:PORT ARCHIVE... [options]
+    R"(USAGE: tc-send --to HOST:PORT (ARCHIVE... | --local NAME) [options]
 
 With several archives, messages go round-robin over them.
 
@@ -32,6 +32,9 @@ OPTIONS:
   --count N            Messages per archive (1; 0 with --read-back: only read)
   --read-back BYTES    Then print the target region's first BYTES as hex
   --timeout MS         Give up after MS milliseconds (30000)
+  --local NAME         Instead of an archive, run the function the target
+                       registered as NAME (the active-message baseline;
+                       the payload is the source args as given)
   --raw-frame FILE     Before the messages, send FILE's bytes as one frame
                        (its first 24 bytes as the header), for testing how
                        a target handles bad input
@@ -44,7 +47,7 @@ int main(int argc, char **argv) {
                                                                       "30000",
                                                                   OptError;
   std::vector<std::string> ArchivePaths;
-  std::string RawFrame;
+  std::string RawFrame, Local;
   bool HaveHex = false;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
@@ -64,7 +67,8 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--count", Count, OptError) ||
                takeOption(argc, argv, I, "--read-back", ReadBack, OptError) ||
                takeOption(argc, argv, I, "--timeout", Timeout, OptError) ||
-               takeOption(argc, argv, I, "--raw-frame", RawFrame, OptError)) {
+               takeOption(argc, argv, I, "--raw-frame", RawFrame, OptError) ||
+               takeOption(argc, argv, I, "--local", Local, OptError)) {
     } else if (!OptError.empty()) {
       return toolError(Tool, OptError);
     } else if (A.starts_with("-")) {
@@ -75,8 +79,10 @@ int main(int argc, char **argv) {
   }
   if (To.empty())
     return toolError(Tool, "missing --to HOST:PORT");
-  if (ArchivePaths.empty())
-    return toolError(Tool, "missing ARCHIVE");
+  if (ArchivePaths.empty() && Local.empty())
+    return toolError(Tool, "missing ARCHIVE (or --local NAME)");
+  if (!ArchivePaths.empty() && !Local.empty())
+    return toolError(Tool, "give archives or --local, not both");
   if (HaveHex && !PayloadFile.empty())
     return toolError(Tool, "--payload-hex and --payload-file exclude each "
                            "other");
@@ -150,13 +156,17 @@ int main(int argc, char **argv) {
     R.transport().send(*Conn, Bytes.take_front(24), Bytes.drop_front(24),
                        [&](llvm::Error E) { consumeError(std::move(E)); });
   }
+  auto Completed = [&](llvm::Error E) {
+    if (E && Failure.empty())
+      Failure = toString(std::move(E));
+    else
+      consumeError(std::move(E));
+  };
+  if (!Local.empty())
+    for (uint64_t I = 0; I < N; ++I)
+      R.sendLocal(*Conn, Local, Args, Completed);
   for (uint64_t I = 0; I < N * Messages.size(); ++I)
-    R.send(*Conn, Messages[I % Messages.size()], [&](llvm::Error E) {
-      if (E && Failure.empty())
-        Failure = toString(std::move(E));
-      else
-        consumeError(std::move(E));
-    });
+    R.send(*Conn, Messages[I % Messages.size()], Completed);
 
   bool Done = false;
   std::string Region;

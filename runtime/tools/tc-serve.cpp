@@ -27,7 +27,9 @@ using namespace tc;
 static const char *const Usage =
     R"(USAGE: tc-serve --listen HOST:PORT [options]
 
-Runs ifuncs sent by tc-send or libtc senders.
+Runs ifuncs sent by tc-send or libtc senders. Also runs one function linked
+into tc-serve itself, "increment" (adds 1 to the region's first 8 bytes),
+for `tc-send --local increment`: the active-message baseline.
 
 OPTIONS:
   --listen HOST:PORT   Address to accept connections on (port 0: any)
@@ -44,6 +46,11 @@ OPTIONS:
 )";
 
 static std::atomic<bool> Stop{false};
+
+/// The built-in local function: the TSI ifunc, linked in ahead of time.
+extern "C" void tcServeIncrement(void *, size_t, void *Region) {
+  ++*static_cast<uint64_t *>(Region);
+}
 static Transport *SignalTarget = nullptr;
 
 extern "C" void onSignal(int) {
@@ -154,6 +161,8 @@ int main(int argc, char **argv) {
   if (!RT)
     return toolError(Tool, toString(RT.takeError()));
   Runtime &R = **RT;
+  if (Error E = R.registerLocal("increment", tcServeIncrement))
+    return toolError(Tool, toString(std::move(E)));
   if (Verbose)
     R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
   auto Port = R.transport().listen(HP->first, HP->second);

@@ -154,6 +154,26 @@ TEST(CApi, SendFlushAndStats) {
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, LocalFunctionBaseline) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Source;
+  ASSERT_EQ(tc_worker_register_local(
+                Target.W, "inc",
+                [](void *, size_t, void *Args) { ++*static_cast<uint64_t *>(Args); }),
+            TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  for (int I = 0; I < 7; ++I)
+    ASSERT_EQ(tc_ep_send_local(Ep, "inc", nullptr, 0, nullptr, nullptr),
+              TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, Target.W}, [&] { return Counter == 7; }));
+  tc_worker_stats_t St;
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &St), TC_OK);
+  EXPECT_EQ(St.code_frames, 0u);
+  EXPECT_EQ(St.compiles, 0u);
+  tc_ep_destroy(Ep);
+}
+
 TEST(CApi, ConnectByWorkerAddress) {
   uint64_t Counter = 0;
   Worker Target(&Counter), Source;

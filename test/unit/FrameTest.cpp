@@ -44,7 +44,7 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
   std::mt19937_64 Rng(5);
   for (int I = 0; I < 2000; ++I) {
     Frame F;
-    F.Type = FrameType(1 + Rng() % 8);
+    F.Type = FrameType(1 + Rng() % 9);
     F.Seq = uint32_t(Rng());
     F.CodeId = uint32_t(Rng());
     std::string Payload(Rng() % 300, char(Rng()));
@@ -54,6 +54,8 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
       B = uint8_t(Rng());
     bool WithCode = F.Type == FrameType::Code ||
                     (F.Type == FrameType::Invoke && Rng() % 2);
+    if (F.Type == FrameType::LocalInvoke)
+      F.Payload = Payload;
     if (F.Type == FrameType::Invoke) {
       F.Payload = Payload;
       F.Flags = WithCode ? FrameHasCode : 0;
@@ -63,7 +65,7 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
     else
       F.Hash = {};
     if (F.Type == FrameType::Error) {
-      F.Status = WireStatus(1 + Rng() % 11);
+      F.Status = WireStatus(1 + Rng() % 12);
       F.Message = Msg;
     }
     if (F.Type == FrameType::RegionRead)

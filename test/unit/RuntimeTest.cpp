@@ -294,6 +294,27 @@ TEST(Runtime, SourceCodeIsUnloadedWhenTheLastUserGoes) {
   EXPECT_EQ(P.Source->jit().find(Full->Hash, Role::Source), nullptr);
 }
 
+extern "C" void tcTestLocalAdd(void *Payload, size_t Size, void *Args) {
+  uint64_t V;
+  std::memcpy(&V, Payload, sizeof(V));
+  *static_cast<uint64_t *>(Args) += V + Size;
+}
+
+TEST(Runtime, LocalInvokeRunsALinkedFunctionInOrder) {
+  Pair P;
+  ASSERT_FALSE(!!P.Target->registerLocal("add", tcTestLocalAdd));
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  uint64_t V = 10;
+  P.Source->sendLocal(P.Conn, "add", llvm::StringRef((const char *)&V, 8));
+  P.send(F, 5); // An ifunc in between: order is kept across both kinds.
+  P.Source->sendLocal(P.Conn, "nope", "");
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 10u + 8u + 5u);
+  ASSERT_EQ(P.Errors.size(), 1u);
+  EXPECT_EQ(P.Errors[0].Status, WireStatus::UnknownLocal);
+  EXPECT_EQ(P.Target->counters().CodeFrames, 1u);
+}
+
 TEST(Runtime, PayloadInitErrorsAreReported) {
   Pair P;
   Archive A;
