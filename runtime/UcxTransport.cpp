@@ -108,6 +108,9 @@ public:
 private:
   struct Conn {
     ucp_ep_h Ep = nullptr;
+    /// False for the reply endpoint of a peer that connected by address:
+    /// UCX made it and UCX closes it (closing it ourselves trips UCX).
+    bool Owned = true;
     std::string Peer; ///< For messages: host:port or "address peer".
     std::deque<std::shared_ptr<Arrival>> Queue;
   };
@@ -184,7 +187,11 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
   S = ucp_init(&P, Config, &T->Context);
   ucp_config_release(Config);
   if (S != UCS_OK)
-    return ucxError("ucp_init", S);
+    return ucxError("ucp_init (transports '" +
+                        (Opts.Transports.empty() ? "default"
+                                                 : Opts.Transports) +
+                        "')",
+                    S);
 
   ucp_worker_params_t WP{};
   WP.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -219,7 +226,7 @@ UcxTransport::~UcxTransport() {
   // dead peer lasts until UCX's keepalive gives up on it).
   std::vector<ucp_ep_h> Eps;
   for (auto &KV : Conns)
-    if (KV.second.Ep)
+    if (KV.second.Ep && KV.second.Owned)
       Eps.push_back(KV.second.Ep);
   for (ucp_ep_h Ep : Eps)
     closeEp(Ep, /*Force=*/false);
@@ -287,8 +294,8 @@ static Expected<sockaddr_storage> resolve(StringRef Host, uint16_t Port,
   int RC = getaddrinfo(H.empty() ? nullptr : H.c_str(), P.c_str(), &Hints,
                        &Res);
   if (RC != 0)
-    return createStringError("cannot resolve '%s': %s", H.c_str(),
-                             gai_strerror(RC));
+    return createStringError("cannot resolve '%s:%u': %s", H.c_str(),
+                             unsigned(Port), gai_strerror(RC));
   sockaddr_storage SS{};
   std::memcpy(&SS, Res->ai_addr, Res->ai_addrlen);
   freeaddrinfo(Res);
@@ -433,8 +440,10 @@ void UcxTransport::disconnect(ConnId C) {
     return;
   // Flush: frames already sent reach the peer, and their sends complete
   // (from a later progress()) as UCX finishes them, successfully or not.
-  if (It->second.Ep)
+  if (It->second.Ep && It->second.Owned)
     closeEp(It->second.Ep, /*Force=*/false);
+  else if (It->second.Ep)
+    ByEp.erase(It->second.Ep);
   Conns.erase(It);
   llvm::erase_if(Lost, [&](const std::pair<ConnId, std::string> &L) {
     return L.first == C;
@@ -551,6 +560,7 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
   } else {
     // A peer that connected by worker address: its reply ep is new to us.
     C = T->addConn(Ep, "worker address peer");
+    T->Conns[C].Owned = false;
     T->Handler->onAccept(C);
   }
   Conn &Co = T->Conns[C];

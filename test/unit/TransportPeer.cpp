@@ -1,0 +1,93 @@
+//===- TransportPeer.cpp - Echo server for multi-process transport tests --===//
+//
+// tc-transport-peer TLS [NET_DEVICES]: listens with a UCX transport on
+// 127.0.0.1, any port, prints "listening on 127.0.0.1:PORT" and echoes every
+// frame back on the connection it came from until a frame with header
+// "quit" arrives. TransportTest starts it. It also exits when its parent
+// goes away or after a minute, so a failed test never leaves it behind.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Transport.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <list>
+#include <unistd.h>
+
+using namespace tc;
+
+namespace {
+
+struct Echo final : TransportHandler {
+  Transport *T = nullptr;
+  bool Quit = false;
+  /// Bodies being echoed: a body must live until its send completes.
+  std::list<std::string> Bodies;
+
+  void onFrame(ConnId C, llvm::StringRef Header,
+               llvm::StringRef Body) override {
+    if (Header == "quit") {
+      Quit = true;
+      return;
+    }
+    auto It = Bodies.insert(Bodies.end(), Body.str());
+    T->send(C, Header, *It, [this, It](llvm::Error E) {
+      if (E)
+        llvm::errs() << "tc-transport-peer: " << llvm::toString(std::move(E))
+                     << "\n";
+      Bodies.erase(It);
+    });
+  }
+  void onDisconnect(ConnId, llvm::StringRef) override {}
+};
+
+} // namespace
+
+int main(int Argc, char **Argv) {
+  if (Argc < 2) {
+    llvm::errs() << "usage: tc-transport-peer TLS [NET_DEVICES]\n";
+    return 2;
+  }
+  if (Argc > 2)
+    setenv("UCX_NET_DEVICES", Argv[2], 1);
+  pid_t Parent = getppid();
+  UcxTransportOptions Opts;
+  Opts.Transports = Argv[1];
+  auto T = createUcxTransport(Opts);
+  if (!T) {
+    llvm::errs() << "tc-transport-peer: " << llvm::toString(T.takeError())
+                 << "\n";
+    return 1;
+  }
+  Echo E;
+  E.T = T->get();
+  (*T)->setHandler(&E);
+  auto Port = (*T)->listen("127.0.0.1", 0);
+  if (!Port) {
+    llvm::errs() << "tc-transport-peer: " << llvm::toString(Port.takeError())
+                 << "\n";
+    return 1;
+  }
+  printf("listening on 127.0.0.1:%u\n", unsigned(*Port));
+  fflush(stdout);
+  auto Deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!E.Quit && getppid() == Parent &&
+         std::chrono::steady_clock::now() < Deadline) {
+    if ((*T)->progress())
+      continue;
+    if (llvm::Error Err = (*T)->wait(100)) {
+      llvm::errs() << "tc-transport-peer: " << llvm::toString(std::move(Err))
+                   << "\n";
+      return 1;
+    }
+  }
+  // Let the echoes go out before the transport closes.
+  while (!E.Bodies.empty() && std::chrono::steady_clock::now() < Deadline)
+    if (!(*T)->progress())
+      consumeError((*T)->wait(10));
+  return E.Quit ? 0 : 1;
+}

@@ -1,0 +1,626 @@
+//===- TransportTest.cpp - The transport contract, loopback and UCX -------===//
+//
+// Each transport is held to Transport.h's contract: callbacks only from
+// progress(), per-connection order, send completion exactly once from a later
+// progress(), disconnects seen by the other side. UCX runs in one process
+// over shared memory and TCP loopback, and against a second process
+// (tc-transport-peer) that can be killed. Every wait is bounded by a
+// deadline; nothing sleeps to synchronise.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Transport.h"
+
+#include "gtest/gtest.h"
+
+#include <chrono>
+#include <csignal>
+#include <list>
+#include <cstdlib>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+extern char **environ;
+
+using namespace tc;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+namespace {
+
+/// Records what a transport reports, and that it reports only from inside
+/// progress().
+struct Events final : TransportHandler {
+  struct Got {
+    ConnId Conn;
+    std::string Header, Body;
+  };
+  const bool *InProgress = nullptr;
+  std::vector<Got> Frames;
+  std::vector<ConnId> Accepts;
+  std::vector<std::pair<ConnId, std::string>> Gone;
+  /// Optional: reply from inside onFrame, as the runtime does.
+  std::function<void(ConnId, llvm::StringRef, llvm::StringRef)> OnFrame;
+
+  void onFrame(ConnId C, llvm::StringRef H, llvm::StringRef B) override {
+    EXPECT_TRUE(*InProgress) << "onFrame outside progress()";
+    Frames.push_back({C, H.str(), B.str()});
+    if (OnFrame)
+      OnFrame(C, H, B);
+  }
+  void onAccept(ConnId C) override {
+    EXPECT_TRUE(*InProgress) << "onAccept outside progress()";
+    Accepts.push_back(C);
+  }
+  void onDisconnect(ConnId C, llvm::StringRef Why) override {
+    EXPECT_TRUE(*InProgress) << "onDisconnect outside progress()";
+    Gone.emplace_back(C, Why.str());
+  }
+  bool gone(ConnId C) const {
+    return llvm::any_of(Gone, [&](auto &G) { return G.first == C; });
+  }
+};
+
+/// One transport and what it reported. The transport goes first.
+struct Side {
+  Events E;
+  bool InProgress = false;
+  std::unique_ptr<Transport> T;
+  /// Send results, in completion order: "" is success.
+  std::vector<std::string> Results;
+
+  explicit Side(std::unique_ptr<Transport> TP) : T(std::move(TP)) {
+    E.InProgress = &InProgress;
+    T->setHandler(&E);
+  }
+  bool progress() {
+    InProgress = true;
+    bool Did = T->progress();
+    InProgress = false;
+    return Did;
+  }
+  /// Sends; the completion is checked to come from progress(), once.
+  void send(ConnId C, llvm::StringRef H, llvm::StringRef B) {
+    auto Once = std::make_shared<bool>(false);
+    T->send(C, H, B, [this, Once](llvm::Error Err) {
+      EXPECT_TRUE(InProgress) << "send completed outside progress()";
+      EXPECT_FALSE(*Once) << "send completed twice";
+      *Once = true;
+      Results.push_back(Err ? llvm::toString(std::move(Err)) : "");
+    });
+  }
+};
+
+/// Progresses every side until \p Cond holds or \p TimeoutMs pass.
+template <typename Pred>
+bool pump(std::initializer_list<Side *> Sides, Pred Cond,
+          int TimeoutMs = 5000) {
+  auto Deadline = Clock::now() + milliseconds(TimeoutMs);
+  while (true) {
+    for (Side *S : Sides)
+      S->progress();
+    if (Cond())
+      return true;
+    if (Clock::now() > Deadline)
+      return false;
+    // Several transports in one thread: never block long on one of them.
+    for (Side *S : Sides)
+      if (llvm::Error E = S->T->wait(Sides.size() > 1 ? 1 : 50)) {
+        ADD_FAILURE() << llvm::toString(std::move(E));
+        return false;
+      }
+  }
+}
+
+std::string pattern(size_t N, unsigned Seed) {
+  std::string S(N, '\0');
+  for (size_t I = 0; I < N; ++I)
+    S[I] = char((I * 131 + Seed * 7) >> 3);
+  return S;
+}
+
+//===----------------------------------------------------------------------===//
+// Loopback
+//===----------------------------------------------------------------------===//
+
+struct LoopbackPair {
+  std::shared_ptr<LoopbackHub> Hub = createLoopbackHub();
+  Side A{createLoopbackTransport(Hub)}, B{createLoopbackTransport(Hub)};
+};
+
+TEST(LoopbackTransport, FramesArriveInOrderAndCompleteOnlyInProgress) {
+  LoopbackPair P;
+  auto Port = P.B.T->listen("server", 0);
+  ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+  auto C = P.A.T->connect("server", *Port);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  for (int I = 0; I < 50; ++I)
+    P.A.send(*C, "h" + std::to_string(I), pattern(I * 10, I));
+  EXPECT_TRUE(P.A.Results.empty()) << "completed inside send()";
+  EXPECT_TRUE(P.B.E.Frames.empty()) << "delivered before progress()";
+  ASSERT_TRUE(pump({&P.A, &P.B}, [&] {
+    return P.A.Results.size() == 50 && P.B.E.Frames.size() == 50;
+  }));
+  ASSERT_EQ(P.B.E.Accepts.size(), 1u);
+  for (int I = 0; I < 50; ++I) {
+    EXPECT_EQ(P.A.Results[I], "");
+    EXPECT_EQ(P.B.E.Frames[I].Conn, P.B.E.Accepts[0]);
+    EXPECT_EQ(P.B.E.Frames[I].Header, "h" + std::to_string(I));
+    EXPECT_EQ(P.B.E.Frames[I].Body, pattern(I * 10, I));
+  }
+}
+
+TEST(LoopbackTransport, DisconnectIsSeenByThePeerAndFailsLaterSends) {
+  LoopbackPair P;
+  ASSERT_TRUE(!!P.B.T->listen("server", 7));
+  auto C = P.A.T->connect("server", 7);
+  ASSERT_TRUE(!!C);
+  P.A.send(*C, "last", "words");
+  P.A.T->disconnect(*C);
+  P.A.send(*C, "late", "");
+  ASSERT_TRUE(pump({&P.A, &P.B}, [&] {
+    return P.A.Results.size() == 2 && !P.B.E.Gone.empty();
+  }));
+  EXPECT_EQ(P.A.Results[0], "");
+  EXPECT_EQ(P.A.Results[1],
+            "loopback: connection " + std::to_string(*C) + " is closed");
+  // Sent before the disconnect: delivered before it is reported.
+  ASSERT_EQ(P.B.E.Frames.size(), 1u);
+  EXPECT_EQ(P.B.E.Frames[0].Header, "last");
+  EXPECT_EQ(P.B.E.Gone[0].first, P.B.E.Accepts.at(0));
+  EXPECT_TRUE(P.A.E.Gone.empty()) << "the closing side is not told";
+}
+
+TEST(LoopbackTransport, DestroyedTransportDisconnectsItsPeers) {
+  LoopbackPair P;
+  ASSERT_TRUE(!!P.B.T->listen("server", 1));
+  auto C1 = P.A.T->connect("server", 1);
+  auto Addr = P.A.T->address();
+  ASSERT_TRUE(C1 && Addr);
+  auto C2 = P.B.T->connectAddress(*Addr);
+  ASSERT_TRUE(!!C2);
+  ASSERT_TRUE(pump({&P.A, &P.B}, [&] {
+    return P.A.E.Accepts.size() == 1 && P.B.E.Accepts.size() == 1;
+  }));
+  P.B.T.reset();
+  ASSERT_TRUE(pump({&P.A}, [&] { return P.A.E.Gone.size() == 2; }));
+  EXPECT_TRUE(P.A.E.gone(*C1));
+  EXPECT_TRUE(P.A.E.gone(P.A.E.Accepts[0]));
+}
+
+TEST(LoopbackTransport, UnknownListenerAndAddressAreErrors) {
+  LoopbackPair P;
+  ASSERT_TRUE(!!P.B.T->listen("server", 5));
+  auto C = P.A.T->connect("server", 6);
+  ASSERT_FALSE(!!C);
+  EXPECT_EQ(llvm::toString(C.takeError()),
+            "loopback: nothing listens on server:6");
+  auto Again = P.A.T->listen("server", 5);
+  ASSERT_FALSE(!!Again);
+  EXPECT_EQ(llvm::toString(Again.takeError()),
+            "loopback: server:5 is already listened on");
+  auto D = P.A.T->connectAddress("999");
+  ASSERT_FALSE(!!D);
+  EXPECT_EQ(llvm::toString(D.takeError()), "loopback: unknown address '999'");
+}
+
+TEST(LoopbackTransport, WaitSleepsUntilAnotherThreadSendsOrSignals) {
+  LoopbackPair P;
+  ASSERT_TRUE(!!P.B.T->listen("server", 1));
+  auto C = P.A.T->connect("server", 1);
+  ASSERT_TRUE(!!C);
+  ASSERT_TRUE(pump({&P.B}, [&] { return P.B.E.Accepts.size() == 1; }));
+  // Idle: wait() blocks for its timeout.
+  auto T0 = Clock::now();
+  ASSERT_FALSE(!!P.B.T->wait(100));
+  EXPECT_GE(Clock::now() - T0, milliseconds(90));
+  // A frame from another thread ends the wait long before its timeout.
+  std::thread Sender([&] { P.A.send(*C, "x", "y"); });
+  T0 = Clock::now();
+  ASSERT_FALSE(!!P.B.T->wait(10000));
+  EXPECT_LT(Clock::now() - T0, milliseconds(5000));
+  Sender.join();
+  ASSERT_TRUE(pump({&P.A, &P.B}, [&] { return P.B.E.Frames.size() == 1; }));
+  std::thread Waker([&] { P.B.T->signal(); });
+  T0 = Clock::now();
+  ASSERT_FALSE(!!P.B.T->wait(10000));
+  EXPECT_LT(Clock::now() - T0, milliseconds(5000));
+  Waker.join();
+}
+
+//===----------------------------------------------------------------------===//
+// UCX in one process
+//===----------------------------------------------------------------------===//
+
+struct Tls {
+  const char *Name;
+  const char *Transports;
+  const char *NetDevices; ///< Null: UCX's default.
+  friend std::ostream &operator<<(std::ostream &OS, const Tls &T) {
+    return OS << T.Name;
+  }
+};
+// Connection establishment by socket address needs UCX's TCP connection
+// manager, so "shm" lists tcp too; UCX picks posix for the data lanes.
+const Tls Shm{"shm", "posix,self,tcp", "lo"};
+const Tls Tcp{"tcp", "tcp", "lo"};
+
+std::unique_ptr<Transport> ucx(const Tls &P) {
+  if (P.NetDevices)
+    setenv("UCX_NET_DEVICES", P.NetDevices, 1); // read by ucp_config_read
+  UcxTransportOptions Opts;
+  Opts.Transports = P.Transports;
+  auto T = createUcxTransport(Opts);
+  if (P.NetDevices)
+    unsetenv("UCX_NET_DEVICES");
+  if (!T) {
+    ADD_FAILURE() << llvm::toString(T.takeError());
+    return nullptr;
+  }
+  return std::move(*T);
+}
+
+class UcxTransportTest : public ::testing::TestWithParam<Tls> {
+protected:
+  void SetUp() override {
+    auto TA = ucx(GetParam()), TB = ucx(GetParam());
+    ASSERT_TRUE(TA && TB);
+    A = std::make_unique<Side>(std::move(TA));
+    B = std::make_unique<Side>(std::move(TB));
+  }
+  /// A connects to B's listener; both sides see the connection.
+  void connect() {
+    auto Port = B->T->listen("127.0.0.1", 0);
+    ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+    ASSERT_NE(*Port, 0u);
+    auto C = A->T->connect("127.0.0.1", *Port);
+    ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+    AC = *C;
+    ASSERT_TRUE(pump({A.get(), B.get()},
+                     [&] { return B->E.Accepts.size() == 1; }));
+    BC = B->E.Accepts[0];
+  }
+  std::unique_ptr<Side> A, B;
+  ConnId AC = 0, BC = 0;
+};
+
+TEST_P(UcxTransportTest, EagerAndRendezvousFramesArriveInOrder) {
+  connect();
+  const size_t MiB = 1 << 20;
+  std::vector<std::string> Bodies = {pattern(5, 1), pattern(MiB, 2),
+                                     pattern(1, 3), pattern(MiB + 3, 4),
+                                     pattern(0, 5), pattern(100, 6)};
+  for (size_t I = 0; I < Bodies.size(); ++I)
+    A->send(AC, "frame" + std::to_string(I), Bodies[I]);
+  EXPECT_TRUE(A->Results.empty()) << "completed inside send()";
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return A->Results.size() == Bodies.size() &&
+           B->E.Frames.size() == Bodies.size();
+  }));
+  for (size_t I = 0; I < Bodies.size(); ++I) {
+    EXPECT_EQ(A->Results[I], "") << I;
+    EXPECT_EQ(B->E.Frames[I].Conn, BC);
+    EXPECT_EQ(B->E.Frames[I].Header, "frame" + std::to_string(I));
+    EXPECT_TRUE(B->E.Frames[I].Body == Bodies[I]) << "body " << I;
+  }
+}
+
+TEST_P(UcxTransportTest, ServerRepliesOnTheAcceptedConnection) {
+  connect();
+  B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef Body) {
+    B->send(C, ("re:" + H).str(), "");
+  };
+  A->send(AC, "ping", "1");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return !A->E.Frames.empty(); }));
+  EXPECT_EQ(A->E.Frames[0].Conn, AC);
+  EXPECT_EQ(A->E.Frames[0].Header, "re:ping");
+  EXPECT_TRUE(A->E.Accepts.empty());
+  EXPECT_EQ(B->E.Accepts.size(), 1u);
+}
+
+TEST_P(UcxTransportTest, ConnectByWorkerAddressAndReply) {
+  auto Addr = B->T->address();
+  ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
+  auto C = A->T->connectAddress(*Addr);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  // A body must outlive its send: keep the echoed copies.
+  std::list<std::string> Echoed;
+  B->E.OnFrame = [&](ConnId From, llvm::StringRef H, llvm::StringRef Body) {
+    B->send(From, ("re:" + H).str(), Echoed.emplace_back(Body.str()));
+  };
+  std::string Big = pattern(1 << 20, 9);
+  A->send(*C, "one", "a");
+  A->send(*C, "two", Big);
+  A->send(*C, "three", "c");
+  ASSERT_TRUE(
+      pump({A.get(), B.get()}, [&] { return A->E.Frames.size() == 3; }));
+  // The peer learns of the connection with its first frame.
+  ASSERT_EQ(B->E.Accepts.size(), 1u);
+  for (auto &F : B->E.Frames)
+    EXPECT_EQ(F.Conn, B->E.Accepts[0]);
+  EXPECT_EQ(A->E.Frames[0].Header, "re:one");
+  EXPECT_EQ(A->E.Frames[1].Header, "re:two");
+  EXPECT_TRUE(A->E.Frames[1].Body == Big);
+  EXPECT_EQ(A->E.Frames[2].Header, "re:three");
+  for (auto &F : A->E.Frames)
+    EXPECT_EQ(F.Conn, *C);
+}
+
+TEST_P(UcxTransportTest, DestroyedPeerIsReportedAsDisconnect) {
+  connect();
+  A->send(AC, "hello", "");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return !B->E.Frames.empty(); }));
+  A.reset();
+  ASSERT_TRUE(pump({B.get()}, [&] { return B->E.gone(BC); }, 10000));
+  B->send(BC, "late", "");
+  ASSERT_TRUE(pump({B.get()}, [&] { return B->Results.size() == 1; }));
+  EXPECT_EQ(B->Results[0], "connection " + std::to_string(BC) + " is closed");
+}
+
+TEST_P(UcxTransportTest, DisconnectIsSeenByThePeer) {
+  connect();
+  A->send(AC, "bye", "");
+  A->T->disconnect(AC);
+  A->send(AC, "late", "");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return A->Results.size() == 2 && B->E.gone(BC);
+  }, 10000));
+  // In completion order: the late send fails at once, "bye" is flushed.
+  EXPECT_EQ(A->Results[0], "connection " + std::to_string(AC) + " is closed");
+  EXPECT_EQ(A->Results[1], "");
+  EXPECT_TRUE(A->E.Gone.empty()) << "the closing side is not told";
+}
+
+TEST_P(UcxTransportTest, ConnectionToNothingFailsSendsThenDisconnects) {
+  uint16_t Port;
+  {
+    // A port that was free a moment ago and has no listener now.
+    auto Probe = ucx(GetParam());
+    ASSERT_TRUE(Probe);
+    auto P = Probe->listen("127.0.0.1", 0);
+    ASSERT_TRUE(!!P) << llvm::toString(P.takeError());
+    Port = *P;
+  }
+  auto C = A->T->connect("127.0.0.1", Port);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  // Queued behind the connection; it must fail before onDisconnect.
+  bool FailedFirst = false;
+  A->T->send(*C, "h", "b", [&](llvm::Error E) {
+    FailedFirst = !!E && A->E.Gone.empty();
+    consumeError(std::move(E));
+  });
+  ASSERT_TRUE(pump({A.get()}, [&] { return A->E.gone(*C); }, 10000));
+  EXPECT_TRUE(FailedFirst);
+  EXPECT_NE(A->E.Gone[0].second.find("127.0.0.1:" + std::to_string(Port)),
+            std::string::npos)
+      << A->E.Gone[0].second;
+}
+
+TEST_P(UcxTransportTest, WaitReturnsWhenAFrameArrives) {
+  connect();
+  A->send(AC, "warm", "up");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return A->Results.size() == 1 && B->E.Frames.size() == 1;
+  }));
+  while (A->progress() || B->progress())
+    ;
+  A->send(AC, "wake", "up");
+  A->progress();
+  auto T0 = Clock::now();
+  ASSERT_FALSE(!!B->T->wait(10000));
+  EXPECT_LT(Clock::now() - T0, milliseconds(5000)) << "wait() missed a frame";
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return B->E.Frames.size() == 2; }));
+  // signal() from another thread ends a wait too.
+  while (B->progress())
+    ;
+  std::thread Waker([&] { B->T->signal(); });
+  T0 = Clock::now();
+  ASSERT_FALSE(!!B->T->wait(10000));
+  EXPECT_LT(Clock::now() - T0, milliseconds(5000)) << "wait() missed signal()";
+  Waker.join();
+}
+
+TEST_P(UcxTransportTest, OneByteRoundTrip) {
+  connect();
+  static const std::string One = "x"; // outlives every send of it
+  B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef Body) {
+    EXPECT_EQ(Body, One);
+    B->send(C, H, One);
+  };
+  const int N = 2000, Warm = 200;
+  Clock::time_point T0;
+  for (int I = 0; I < N + Warm; ++I) {
+    if (I == Warm)
+      T0 = Clock::now();
+    size_t Want = A->E.Frames.size() + 1;
+    A->send(AC, "", One);
+    auto Deadline = Clock::now() + std::chrono::seconds(5);
+    while (A->E.Frames.size() < Want && Clock::now() < Deadline) {
+      A->progress();
+      B->progress();
+    }
+    ASSERT_EQ(A->E.Frames.size(), Want) << "round trip " << I << " timed out";
+  }
+  double Us =
+      std::chrono::duration<double, std::micro>(Clock::now() - T0).count() / N;
+  RecordProperty("round_trip_us", std::to_string(Us));
+  std::cout << "[ measured ] 1-byte round trip over " << GetParam().Name
+            << " (one process, one thread): " << Us << " us\n";
+}
+
+TEST(UcxTransport, UnresolvableHostIsAnError) {
+  auto T = ucx(Tcp);
+  ASSERT_TRUE(T);
+  auto C = T->connect("no-such-host.invalid", 4242);
+  ASSERT_FALSE(!!C);
+  EXPECT_NE(llvm::toString(C.takeError())
+                .find("cannot resolve 'no-such-host.invalid:4242'"),
+            std::string::npos);
+  auto L = T->listen("no-such-host.invalid", 4242);
+  ASSERT_FALSE(!!L);
+  consumeError(L.takeError());
+}
+
+TEST(UcxTransport, BadTransportListIsAnError) {
+  UcxTransportOptions Opts;
+  Opts.Transports = "no-such-transport";
+  auto T = createUcxTransport(Opts);
+  // UCX may accept an unknown name and then find no usable transport.
+  if (T) {
+    auto P = (*T)->listen("127.0.0.1", 0);
+    EXPECT_FALSE(!!P);
+    if (!P)
+      consumeError(P.takeError());
+  } else {
+    std::string Msg = llvm::toString(T.takeError());
+    EXPECT_NE(Msg.find("transports 'no-such-transport'"), std::string::npos)
+        << Msg;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxTransportTest, ::testing::Values(Shm, Tcp),
+                         [](const auto &I) { return I.param.Name; });
+
+//===----------------------------------------------------------------------===//
+// UCX against another process
+//===----------------------------------------------------------------------===//
+
+/// tc-transport-peer, started and always reaped by PID.
+class PeerProcess {
+public:
+  ~PeerProcess() { kill(); }
+
+  /// Starts it and reads "listening on 127.0.0.1:PORT" within 10 s.
+  llvm::Expected<uint16_t> start(const Tls &P) {
+    int Fds[2];
+    if (pipe(Fds) != 0)
+      return llvm::createStringError("pipe failed");
+    posix_spawn_file_actions_t FA;
+    posix_spawn_file_actions_init(&FA);
+    posix_spawn_file_actions_adddup2(&FA, Fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&FA, Fds[0]);
+    posix_spawn_file_actions_addclose(&FA, Fds[1]);
+    std::vector<const char *> Argv = {TC_TRANSPORT_PEER_PATH, P.Transports};
+    if (P.NetDevices)
+      Argv.push_back(P.NetDevices);
+    Argv.push_back(nullptr);
+    int RC = posix_spawn(&Pid, TC_TRANSPORT_PEER_PATH, &FA, nullptr,
+                         const_cast<char **>(Argv.data()), environ);
+    posix_spawn_file_actions_destroy(&FA);
+    close(Fds[1]);
+    Out = Fds[0];
+    if (RC != 0) {
+      Pid = -1;
+      return llvm::createStringError("posix_spawn %s: %s",
+                                     TC_TRANSPORT_PEER_PATH, strerror(RC));
+    }
+    std::string Line;
+    auto Deadline = Clock::now() + std::chrono::seconds(10);
+    while (Line.find('\n') == std::string::npos) {
+      int Left = int(std::chrono::duration_cast<milliseconds>(Deadline -
+                                                              Clock::now())
+                         .count());
+      pollfd PFd = {Out, POLLIN, 0};
+      if (Left <= 0 || ::poll(&PFd, 1, Left) <= 0)
+        return llvm::createStringError("no ready line from the peer in 10 s");
+      char Buf[256];
+      ssize_t N = read(Out, Buf, sizeof(Buf));
+      if (N <= 0)
+        return llvm::createStringError("peer exited before it was ready: '%s'",
+                                       Line.c_str());
+      Line.append(Buf, size_t(N));
+    }
+    unsigned Port;
+    if (sscanf(Line.c_str(), "listening on 127.0.0.1:%u", &Port) != 1)
+      return llvm::createStringError("bad ready line '%s'", Line.c_str());
+    return uint16_t(Port);
+  }
+
+  /// The exit status once it has exited, or -1 if still running.
+  int poll() {
+    int Status;
+    if (Pid > 0 && waitpid(Pid, &Status, WNOHANG) == Pid) {
+      Pid = -1;
+      Exit = Status;
+    }
+    return Pid > 0 ? -1 : Exit;
+  }
+
+  /// SIGKILL and reap.
+  void kill() {
+    if (Pid > 0) {
+      ::kill(Pid, SIGKILL);
+      waitpid(Pid, &Exit, 0);
+      Pid = -1;
+    }
+    if (Out >= 0)
+      close(Out);
+    Out = -1;
+  }
+
+private:
+  pid_t Pid = -1;
+  int Out = -1;
+  int Exit = 0;
+};
+
+class UcxPeerTest : public ::testing::TestWithParam<Tls> {
+protected:
+  void SetUp() override {
+    auto T = ucx(GetParam());
+    ASSERT_TRUE(T);
+    Me = std::make_unique<Side>(std::move(T));
+    auto Port = Peer.start(GetParam());
+    ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+    auto C = Me->T->connect("127.0.0.1", *Port);
+    ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+    Conn = *C;
+  }
+  PeerProcess Peer;
+  std::unique_ptr<Side> Me;
+  ConnId Conn = 0;
+};
+
+TEST_P(UcxPeerTest, EchoesInOrderAndQuits) {
+  std::vector<std::string> Bodies = {pattern(1, 1), pattern(1 << 20, 2),
+                                     pattern(7, 3), pattern(3 << 19, 4),
+                                     pattern(0, 5)};
+  for (size_t I = 0; I < Bodies.size(); ++I)
+    Me->send(Conn, "e" + std::to_string(I), Bodies[I]);
+  ASSERT_TRUE(pump({Me.get()}, [&] {
+    return Me->E.Frames.size() == Bodies.size();
+  }, 10000));
+  for (size_t I = 0; I < Bodies.size(); ++I) {
+    EXPECT_EQ(Me->E.Frames[I].Conn, Conn);
+    EXPECT_EQ(Me->E.Frames[I].Header, "e" + std::to_string(I));
+    EXPECT_TRUE(Me->E.Frames[I].Body == Bodies[I]) << "body " << I;
+  }
+  Me->send(Conn, "quit", "");
+  // Keep progressing: the peer's closing flush needs our side.
+  int Exit = -1;
+  ASSERT_TRUE(pump({Me.get()}, [&] { return (Exit = Peer.poll()) >= 0; },
+                   10000));
+  EXPECT_TRUE(WIFEXITED(Exit) && WEXITSTATUS(Exit) == 0) << Exit;
+  ASSERT_TRUE(pump({Me.get()}, [&] { return Me->E.gone(Conn); }, 10000));
+}
+
+TEST_P(UcxPeerTest, KilledPeerIsReportedAsDisconnect) {
+  Me->send(Conn, "hello", "there");
+  ASSERT_TRUE(pump({Me.get()}, [&] { return !Me->E.Frames.empty(); }, 10000));
+  Peer.kill();
+  // Keep sending: whatever is in flight must fail, never hang or crash.
+  auto Big = pattern(1 << 20, 7);
+  for (int I = 0; I < 4; ++I)
+    Me->send(Conn, "after", Big);
+  ASSERT_TRUE(pump({Me.get()}, [&] { return Me->E.gone(Conn); }, 20000));
+  ASSERT_TRUE(pump({Me.get()}, [&] { return Me->Results.size() == 5; }));
+  EXPECT_EQ(Me->Results[0], "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Tls, UcxPeerTest, ::testing::Values(Shm, Tcp),
+                         [](const auto &I) { return I.param.Name; });
+
+} // namespace
