@@ -5,6 +5,9 @@
 // of each triple, checks the ifunc ABI, prepares a target member per triple
 // and a source member for the host, and writes the fat archive.
 //
+// Options.cpp parses the command line, ClangCompile.cpp turns one source into
+// a module for one target, Driver.cpp runs the pipeline and writes outputs.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TC_DRIVER_DRIVER_H
@@ -13,6 +16,7 @@
 #include "tc/Archive.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
 #include <string>
@@ -22,9 +26,9 @@ namespace tc {
 
 /// One triple tc-cc compiles for.
 struct CompileTarget {
-  std::string Triple; ///< Normalized.
-  std::string CPU;    ///< -mcpu= for this target; empty: generic.
-  std::string Sysroot;
+  std::string Triple;  ///< Normalized.
+  std::string CPU;     ///< -mcpu= for this target; empty: generic.
+  std::string Sysroot; ///< --sysroot for this target; empty: clang's default.
 };
 
 /// Everything the command line says.
@@ -32,22 +36,33 @@ struct DriverOptions {
   std::vector<std::string> Inputs;
   std::string Output;
   std::string Name;
+  /// Empty only when every input is LLVM IR and no --target was given: the
+  /// inputs' own triples are the targets then.
   std::vector<CompileTarget> Targets;
+  std::string DefaultCPU;             ///< -mcpu before any --target.
+  std::string DefaultSysroot;         ///< --sysroot=DIR without a triple.
   std::vector<std::string> ClangArgs; ///< -I, -D, -O2, -W..., forwarded.
   std::vector<std::string> Deps;      ///< From --deps and -l.
   bool KeepDebugInfo = false;         ///< -g
-  bool EmitObjects = false;
+  bool EmitObjects = false;           ///< --emit-objects
   Compression Compress = Compression::None;
   // Single-triple output for inspection: -emit-llvm with -S or -c.
   bool EmitLLVM = false;
   bool EmitAssembly = false; ///< -S
   // Dependency files.
-  bool WriteDepfile = false; ///< -MD / -MMD
-  std::string DepfilePath;   ///< -MF
-  std::string DepTarget;     ///< -MT
-  bool PrintCommands = false; ///< -###
-  bool Verbose = false;       ///< -v
+  bool WriteDepfile = false;        ///< -MD / -MMD
+  bool DepfileSystemHeaders = true; ///< -MD lists system headers, -MMD not.
+  std::string DepfilePath;          ///< -MF
+  std::string DepTarget;            ///< -MT
+  bool PrintCommands = false;       ///< -###
+  bool Verbose = false;             ///< -v
 };
+
+/// tc-cc --help.
+extern const char *const DriverUsage;
+
+/// True for inputs tc-cc reads as LLVM IR (.ll, .bc) rather than compiles.
+bool isIRInput(llvm::StringRef Path);
 
 /// Parses tc-cc's command line (without argv[0]).
 llvm::Expected<DriverOptions> parseDriverArgs(llvm::ArrayRef<const char *> Args);
@@ -57,8 +72,10 @@ llvm::Expected<DriverOptions> parseDriverArgs(llvm::ArrayRef<const char *> Args)
 int ccMain(int Argc, const char **Argv);
 
 /// The Debian package that provides C (or, with \p CXX, C++) headers for
-/// \p Triple on a host of another architecture.
-std::string crossHeaderPackage(llvm::StringRef Triple, bool CXX);
+/// \p Triple: the native one on a host of the same architecture, the -cross
+/// one otherwise (Debian 12 names: libc6-dev-arm64-cross,
+/// libstdc++-12-dev-arm64-cross).
+std::string headerPackage(llvm::StringRef Triple, bool CXX);
 
 } // namespace tc
 

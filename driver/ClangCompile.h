@@ -1,0 +1,59 @@
+//===- ClangCompile.h - One source, one target, Clang in-process -*- C++ -*-===//
+//
+// The only place tc-cc talks to Clang. A session holds what every compile
+// shares: the options, the LLVMContext the modules live in and the files
+// read (for depfiles).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_DRIVER_CLANGCOMPILE_H
+#define TC_DRIVER_CLANGCOMPILE_H
+
+#include "Driver.h"
+
+#include "llvm/Support/Error.h"
+
+#include <memory>
+#include <set>
+#include <string>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
+namespace tc {
+
+/// A failure whose diagnostics have been printed already (by Clang's
+/// diagnostic printer); the tool adds nothing and exits 1.
+class DiagnosedError : public llvm::ErrorInfo<DiagnosedError> {
+public:
+  static char ID;
+  void log(llvm::raw_ostream &OS) const override;
+  std::error_code convertToErrorCode() const override;
+};
+
+/// What the compiles of one tc-cc run share.
+struct ClangSession {
+  ClangSession(const DriverOptions &Opts, llvm::LLVMContext &Ctx,
+               std::string TCIncludeDir)
+      : Opts(Opts), Ctx(Ctx), TCIncludeDir(std::move(TCIncludeDir)) {}
+
+  const DriverOptions &Opts;
+  llvm::LLVMContext &Ctx;
+  std::string TCIncludeDir; ///< Holds tc/ifunc.h; added as -I.
+  /// Every source and header read, for every target (the depfile).
+  std::set<std::string> Dependencies;
+};
+
+/// Compiles the C or C++ source \p Input for \p T: clang's driver builds the
+/// cc1 job (with -###: prints it and returns nullptr), a CompilerInstance
+/// runs it to a module in \p S.Ctx. Before compiling, checks that the C (and
+/// C++) library headers for the target can be found, and otherwise names the
+/// Debian package to install.
+llvm::Expected<std::unique_ptr<llvm::Module>>
+compileSource(ClangSession &S, const CompileTarget &T, llvm::StringRef Input);
+
+} // namespace tc
+
+#endif // TC_DRIVER_CLANGCOMPILE_H

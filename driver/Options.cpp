@@ -1,0 +1,258 @@
+//===- Options.cpp - tc-cc's command line ---------------------------------===//
+//
+// tc-cc takes the flags it owns (targets, sysroots, deps, archive options,
+// depfiles, -emit-llvm) and passes every other flag to Clang's driver, which
+// accepts or rejects it exactly as clang would.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Driver.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/TargetParser/Host.h"
+#include "llvm/TargetParser/Triple.h"
+
+using namespace llvm;
+
+namespace tc {
+
+const char *const DriverUsage = R"(OVERVIEW: tc-cc: compile an injected function (ifunc) into a fat archive
+
+USAGE: tc-cc [options] SRC... -o OUT.tcfb
+
+Each source (.c, .cpp, .ll, .bc) is compiled once per target triple with
+Clang, checked against the ifunc ABI, cut down to what each role needs and
+packed with a source member for this host.
+
+OPTIONS:
+  -o FILE                 Output archive (or .ll/.bc with -emit-llvm)
+  --name=NAME             The ifunc name (default: the first source's stem)
+  --target=TRIPLE         Compile for TRIPLE (repeatable; default:
+                          x86_64-unknown-linux-gnu and aarch64-unknown-linux-gnu)
+  -mcpu=CPU               CPU of the preceding --target (before any --target:
+                          of every target); the member is then CPU-specific
+  --sysroot=[TRIPLE=]DIR  Sysroot for one target or for all
+  --deps FILE             Shared libraries the target must load, one per line
+  -lNAME                  Add libNAME's shared object (its soname) to the deps
+  --emit-objects          Also pack a native relocatable object per triple
+  --compress=none|zstd    Compress members
+  -emit-llvm -S | -c      Write one target's prepared module (.ll or .bc)
+  -MD | -MMD              Write a make depfile for the output (-MMD: without
+                          system headers)
+  -MF FILE, -MT TARGET    Its path (default: OUT with .d) and target name
+  -I -D -U -std= -O0..3 -Os -Oz -W... -g -isystem -include -f...
+                          As for clang (default -O2); -g keeps debug info
+  -###                    Print the cc1 command per target; compile nothing
+  -v                      Print the cc1 commands and header search, then run
+  --help, --version
+)";
+
+static const char *const DefaultTargets[] = {"x86_64-unknown-linux-gnu",
+                                             "aarch64-unknown-linux-gnu"};
+
+bool isIRInput(StringRef Path) {
+  StringRef Ext = sys::path::extension(Path);
+  return Ext == ".ll" || Ext == ".bc";
+}
+
+/// Finds the soname a target should load for -lNAME, as this host names it:
+/// lib<NAME>.so.<major> in the multiarch and plain library directories.
+static Expected<std::string> resolveLibrary(StringRef Name) {
+  std::string Multiarch = Triple(sys::getProcessTriple()).getArchName().str() +
+                          "-linux-gnu";
+  std::vector<std::string> Dirs = {"/lib/" + Multiarch, "/usr/lib/" + Multiarch,
+                                   "/lib", "/usr/lib", "/usr/local/lib"};
+  std::string Prefix = ("lib" + Name + ".so.").str();
+  std::string Best;
+  for (const std::string &D : Dirs) {
+    std::error_code EC;
+    for (sys::fs::directory_iterator It(D, EC), End; It != End && !EC;
+         It.increment(EC)) {
+      StringRef File = sys::path::filename(It->path());
+      if (!File.starts_with(Prefix))
+        continue;
+      unsigned Major;
+      // Only lib<name>.so.<major>: the soname, not the full version.
+      if (File.drop_front(Prefix.size()).getAsInteger(10, Major))
+        continue;
+      if (Best.empty() || File.size() < Best.size())
+        Best = File.str();
+    }
+    if (!Best.empty())
+      return Best;
+  }
+  return createStringError("cannot find a shared library for -l%s (looked for "
+                           "lib%s.so.N in %s)",
+                           Name.str().c_str(), Name.str().c_str(),
+                           join(Dirs, ", ").c_str());
+}
+
+static Error readDepsFile(StringRef Path, std::vector<std::string> &Deps) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
+  if (!B)
+    return createStringError("'%s': %s", Path.str().c_str(),
+                             B.getError().message().c_str());
+  Expected<std::vector<std::string>> D = parseDepsList((*B)->getBuffer());
+  if (!D)
+    return createStringError("'%s': %s", Path.str().c_str(),
+                             toString(D.takeError()).c_str());
+  Deps.insert(Deps.end(), D->begin(), D->end());
+  return Error::success();
+}
+
+Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
+  DriverOptions O;
+  std::string PendingCPU; // -mcpu before any --target: for all of them.
+  std::vector<std::pair<std::string, std::string>> Sysroots; // triple, dir
+  bool HaveOpt = false;
+  bool CompileOnly = false;
+  for (size_t I = 0; I < Args.size(); ++I) {
+    StringRef A = Args[I];
+    // `-F V`, `-FV` or `-F=V` (the last only for long options).
+    auto Take = [&](StringRef Flag, std::string &Out) -> Error {
+      if (A.size() > Flag.size()) {
+        StringRef V = A.drop_front(Flag.size());
+        if (Flag.starts_with("--"))
+          V.consume_front("=");
+        Out = V.str();
+        return Error::success();
+      }
+      if (I + 1 >= Args.size())
+        return createStringError("option '%s' needs a value",
+                                 Flag.str().c_str());
+      Out = Args[++I];
+      return Error::success();
+    };
+    auto IsOpt = [&](StringRef Flag) {
+      return A == Flag || (A.starts_with(Flag) &&
+                           (!Flag.starts_with("--") || A[Flag.size()] == '='));
+    };
+    std::string V;
+    if (IsOpt("-o")) {
+      if (Error E = Take("-o", O.Output))
+        return std::move(E);
+    } else if (IsOpt("--name")) {
+      if (Error E = Take("--name", O.Name))
+        return std::move(E);
+    } else if (IsOpt("--target") || A == "-target") {
+      if (Error E = Take(A == "-target" ? "-target" : "--target", V))
+        return std::move(E);
+      O.Targets.push_back({Triple::normalize(V), PendingCPU, ""});
+    } else if (A.starts_with("-mcpu=")) {
+      std::string CPU = A.drop_front(6).str();
+      if (O.Targets.empty())
+        PendingCPU = CPU;
+      else
+        O.Targets.back().CPU = CPU;
+    } else if (IsOpt("--sysroot")) {
+      if (Error E = Take("--sysroot", V))
+        return std::move(E);
+      // A triple has no '/': `T=DIR` is per target, `DIR` is for all.
+      auto [T, Dir] = StringRef(V).split('=');
+      if (Dir.empty() || T.contains('/'))
+        Sysroots.push_back({"", V});
+      else
+        Sysroots.push_back({Triple::normalize(T), Dir.str()});
+    } else if (IsOpt("--deps")) {
+      if (Error E = Take("--deps", V))
+        return std::move(E);
+      if (Error E = readDepsFile(V, O.Deps))
+        return std::move(E);
+    } else if (IsOpt("-l")) {
+      if (Error E = Take("-l", V))
+        return std::move(E);
+      Expected<std::string> Lib = resolveLibrary(V);
+      if (!Lib)
+        return Lib.takeError();
+      O.Deps.push_back(*Lib);
+    } else if (A == "--emit-objects") {
+      O.EmitObjects = true;
+    } else if (IsOpt("--compress")) {
+      if (Error E = Take("--compress", V))
+        return std::move(E);
+      Expected<Compression> C = parseCompression(V);
+      if (!C)
+        return C.takeError();
+      O.Compress = *C;
+    } else if (A == "-emit-llvm") {
+      O.EmitLLVM = true;
+    } else if (A == "-S") {
+      O.EmitAssembly = true;
+    } else if (A == "-c") {
+      CompileOnly = true;
+    } else if (A == "-MD" || A == "-MMD") {
+      O.WriteDepfile = true;
+      O.DepfileSystemHeaders = A == "-MD";
+    } else if (IsOpt("-MF")) {
+      if (Error E = Take("-MF", O.DepfilePath))
+        return std::move(E);
+    } else if (IsOpt("-MT")) {
+      if (Error E = Take("-MT", O.DepTarget))
+        return std::move(E);
+    } else if (A == "-###") {
+      O.PrintCommands = true;
+    } else if (A == "-v") {
+      O.Verbose = true;
+    } else if (A == "-I" || A == "-D" || A == "-U" || A == "-isystem" ||
+               A == "-include" || A == "-iquote" || A == "-idirafter" ||
+               A == "-x") {
+      if (I + 1 >= Args.size())
+        return createStringError("option '%s' needs a value", Args[I]);
+      O.ClangArgs.push_back(A.str());
+      O.ClangArgs.push_back(Args[++I]);
+    } else if (A.starts_with("-") && A != "-") {
+      if (A.starts_with("-g"))
+        O.KeepDebugInfo = A != "-g0";
+      if (A.starts_with("-O"))
+        HaveOpt = true;
+      // Everything else is clang's to accept or reject.
+      O.ClangArgs.push_back(A.str());
+    } else {
+      O.Inputs.push_back(A.str());
+    }
+  }
+  if (!HaveOpt)
+    O.ClangArgs.insert(O.ClangArgs.begin(), "-O2");
+  if (O.Inputs.empty())
+    return createStringError("no input files");
+  if (O.Targets.empty() && !llvm::all_of(O.Inputs, isIRInput))
+    for (const char *T : DefaultTargets)
+      O.Targets.push_back({T, PendingCPU, ""});
+  // Otherwise IR inputs name the targets; see resolveIRTargets().
+  O.DefaultCPU = PendingCPU;
+  for (auto &[T, Dir] : Sysroots) {
+    if (T.empty()) {
+      O.DefaultSysroot = Dir;
+      for (CompileTarget &CT : O.Targets)
+        CT.Sysroot = Dir;
+      continue;
+    }
+    auto It = llvm::find_if(O.Targets, [&, &T = T](const CompileTarget &CT) {
+      return CT.Triple == T;
+    });
+    if (It == O.Targets.end())
+      return createStringError("--sysroot for %s, which is not a target",
+                               T.c_str());
+    It->Sysroot = Dir;
+  }
+  if (O.Name.empty()) {
+    O.Name = sys::path::stem(O.Inputs.front()).str();
+    for (char &C : O.Name)
+      if (!isAlnum(C))
+        C = '_';
+  }
+  if (O.Output.empty() && !O.PrintCommands)
+    return createStringError("no output file (use -o)");
+  if ((O.EmitAssembly || CompileOnly) && !O.EmitLLVM)
+    return createStringError("-S and -c need -emit-llvm (tc-cc writes "
+                             "archives, or one triple's LLVM module)");
+  if (O.EmitLLVM && O.Targets.size() != 1)
+    return createStringError("-emit-llvm writes one triple's module: give "
+                             "exactly one --target");
+  return O;
+}
+
+} // namespace tc
