@@ -156,8 +156,11 @@ Expected<std::vector<CompileTarget>> Pipeline::resolveTargets() {
     Expected<std::unique_ptr<Module>> M = readIR(In);
     if (!M)
       return M.takeError();
-    std::string T = Triple::normalize((*M)->getTargetTriple().str());
-    if (!T.empty() && Seen.insert(T).second)
+    std::string Own = (*M)->getTargetTriple().str();
+    if (Own.empty())
+      continue;
+    std::string T = Triple::normalize(Own);
+    if (Seen.insert(T).second)
       Targets.push_back({T, O.DefaultCPU, O.DefaultSysroot});
   }
   if (Targets.empty())
