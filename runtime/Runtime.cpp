@@ -193,6 +193,21 @@ void Runtime::send(ConnId C, const Message &M,
   sendFrame(C, F, std::move(Body), std::move(Done));
 }
 
+/// Runs and forgets the waiter registered for \p Seq, if there is one.
+/// Returns false (leaving \p Result untouched) when there is none.
+template <typename Fn, typename Arg>
+static bool finishWaiter(std::map<uint32_t, Fn> &Waiters, uint32_t Seq,
+                         Arg &&Result) {
+  auto It = Waiters.find(Seq);
+  if (It == Waiters.end())
+    return false;
+  Fn Done = std::move(It->second);
+  Waiters.erase(It);
+  if (Done)
+    Done(std::forward<Arg>(Result));
+  return true;
+}
+
 void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   Conn &S = conn(C);
   Frame F;
@@ -200,16 +215,10 @@ void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   F.Seq = S.NextSeq++;
   S.Fences[F.Seq] = std::move(Done);
   sendFrame(C, F, nullptr, [this, C, Seq = F.Seq](Error E) {
-    if (!E)
-      return;
     auto It = Conns.find(C);
-    if (It == Conns.end() || !It->second.Fences.count(Seq)) {
+    if (E && (It == Conns.end() ||
+              !finishWaiter(It->second.Fences, Seq, std::move(E))))
       consumeError(std::move(E));
-      return;
-    }
-    auto Done = std::move(It->second.Fences[Seq]);
-    It->second.Fences.erase(Seq);
-    Done(std::move(E));
   });
 }
 
@@ -222,16 +231,10 @@ void Runtime::readRegion(ConnId C, uint64_t Length,
   F.Length = Length;
   S.Reads[F.Seq] = std::move(Done);
   sendFrame(C, F, nullptr, [this, C, Seq = F.Seq](Error E) {
-    if (!E)
-      return;
     auto It = Conns.find(C);
-    if (It == Conns.end() || !It->second.Reads.count(Seq)) {
+    if (E && (It == Conns.end() ||
+              !finishWaiter(It->second.Reads, Seq, std::move(E))))
       consumeError(std::move(E));
-      return;
-    }
-    auto Done = std::move(It->second.Reads[Seq]);
-    It->second.Reads.erase(Seq);
-    Done(std::move(E));
   });
 }
 
@@ -591,11 +594,10 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
       drain(C);
       return;
     }
-    if (auto R = S.Reads.find(F.Seq); R != S.Reads.end()) {
-      auto Done = std::move(R->second);
-      S.Reads.erase(R);
-      Done(createStringError("target: " + wireStatusName(F.Status) + ": " +
-                             F.Message));
+    if (S.Reads.count(F.Seq)) {
+      finishWaiter(S.Reads, F.Seq,
+                   createStringError("target: " + wireStatusName(F.Status) +
+                                     ": " + F.Message));
       return;
     }
     RemoteError RE{C, F.Seq, F.Status, F.Message.str()};
@@ -603,25 +605,12 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
       RemoteErrorCB(RE);
     return;
   }
-  case FrameType::RegionData: {
-    auto It = S.Reads.find(F.Seq);
-    if (It == S.Reads.end())
-      return;
-    auto Done = std::move(It->second);
-    S.Reads.erase(It);
-    Done(F.Data.str());
+  case FrameType::RegionData:
+    finishWaiter(S.Reads, F.Seq, F.Data.str());
     return;
-  }
-  case FrameType::FenceDone: {
-    auto It = S.Fences.find(F.Seq);
-    if (It == S.Fences.end())
-      return;
-    auto Done = std::move(It->second);
-    S.Fences.erase(It);
-    if (Done)
-      Done(Error::success());
+  case FrameType::FenceDone:
+    finishWaiter(S.Fences, F.Seq, Error::success());
     return;
-  }
   }
 }
 

@@ -1,6 +1,7 @@
 //===- ToolSupport.cpp - Shared bits of tc-serve and tc-send --------------===//
 
 #include "ToolSupport.h"
+#include "tc/Version.h"
 
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -28,6 +29,19 @@ Expected<std::pair<std::string, uint16_t>> parseHostPort(StringRef S) {
     return createStringError("'%s': bad port '%s'", S.str().c_str(),
                              Port.str().c_str());
   return std::make_pair(Host.str(), uint16_t(P));
+}
+
+std::optional<int> standardFlag(StringRef Tool, StringRef Usage,
+                                StringRef Arg) {
+  if (Arg == "--help" || Arg == "-h") {
+    outs() << Usage;
+    return 0;
+  }
+  if (Arg == "--version") {
+    outs() << Tool << " (tc) " << TC_VERSION_STRING << "\n";
+    return 0;
+  }
+  return std::nullopt;
 }
 
 int toolError(StringRef Tool, const Twine &Msg) {

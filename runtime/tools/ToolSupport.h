@@ -6,6 +6,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -14,6 +15,11 @@ namespace tc {
 /// Splits HOST:PORT (HOST may be [v6]); the port must be 0..65535.
 llvm::Expected<std::pair<std::string, uint16_t>>
 parseHostPort(llvm::StringRef S);
+
+/// Handles --help/-h (prints \p Usage) and --version; returns the exit
+/// status when \p Arg was one of them.
+std::optional<int> standardFlag(llvm::StringRef Tool, llvm::StringRef Usage,
+                                llvm::StringRef Arg);
 
 /// Prints `TOOL: error: MSG` once and returns 1.
 int toolError(llvm::StringRef Tool, const llvm::Twine &Msg);

@@ -9,7 +9,6 @@
 
 #include "Runtime.h"
 #include "ToolSupport.h"
-#include "tc/Version.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -92,14 +91,8 @@ int main(int argc, char **argv) {
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
-    if (A == "--help" || A == "-h") {
-      outs() << Usage;
-      return 0;
-    }
-    if (A == "--version") {
-      outs() << "tc-serve (tc) " << TC_VERSION_STRING << "\n";
-      return 0;
-    }
+    if (std::optional<int> Exit = standardFlag(Tool, Usage, A))
+      return *Exit;
     if (A == "-v") {
       Verbose = true;
     } else if (takeOption(argc, argv, I, "--listen", Listen, OptError) ||
