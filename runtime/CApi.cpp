@@ -36,6 +36,8 @@ struct tc_worker {
   std::map<ConnId, tc_ep *> Eps;
   tc_remote_error_cb_t ErrorCB = nullptr;
   void *ErrorArg = nullptr;
+  tc_accept_cb_t AcceptCB = nullptr;
+  void *AcceptArg = nullptr;
 };
 
 struct tc_ifunc {
@@ -155,6 +157,12 @@ tc_status_t tc_context_create(const tc_context_params_t *P,
                                         "NULL");
     C->Opts.Jit.CacheDir = P->cache_dir;
   }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_SHIP_CODE) {
+    int Ship = P->ship_code;
+    if (Ship != TC_SHIP_CODE_ONCE && Ship != TC_SHIP_CODE_ALWAYS)
+      return fail(TC_ERR_INVALID_PARAM, "tc_context_create: bad ship_code");
+    C->Opts.AlwaysShipCode = Ship == TC_SHIP_CODE_ALWAYS;
+  }
   if (Mask & TC_CONTEXT_PARAM_FIELD_ALLOW) {
     if (P->allow_count && !P->allow_hashes)
       return fail(TC_ERR_INVALID_PARAM,
@@ -185,6 +193,12 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
     W->ErrorCB = P->error_cb;
     W->ErrorArg = P->error_arg;
   }
+  if (Mask & TC_WORKER_PARAM_FIELD_ACCEPT_CB) {
+    if (!P->accept_cb)
+      return fail(TC_ERR_INVALID_PARAM, "tc_worker_create: accept_cb is NULL");
+    W->AcceptCB = P->accept_cb;
+    W->AcceptArg = P->accept_arg;
+  }
   llvm::Expected<std::unique_ptr<Transport>> T = createUcxTransport();
   if (!T)
     return fail(TC_ERR_IO, T.takeError());
@@ -201,10 +215,24 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
     Raw->ErrorCB(Raw->ErrorArg, It == Raw->Eps.end() ? nullptr : It->second,
                  E.Seq, fromWire(E.Status), E.Message.c_str());
   });
+  W->RT->onAccept([Raw](ConnId Conn) {
+    if (!Raw->AcceptCB)
+      return;
+    auto *E = new (std::nothrow) tc_ep{Raw, Conn};
+    if (!E) {
+      fail(TC_ERR_NO_MEMORY, "accepting a connection: out of memory");
+      Raw->RT->transport().disconnect(Conn);
+      return;
+    }
+    Raw->Eps[Conn] = E;
+    Raw->AcceptCB(Raw->AcceptArg, E);
+  });
   W->RT->onDisconnect([Raw](ConnId Conn, llvm::StringRef) {
     auto It = Raw->Eps.find(Conn);
-    if (It != Raw->Eps.end())
+    if (It != Raw->Eps.end()) {
       It->second->Conn = 0; // Stale: later sends fail at once.
+      Raw->Eps.erase(It);   // tc_ep_destroy() no longer finds it here.
+    }
   });
   *Out = W.release();
   return TC_OK;
@@ -372,9 +400,10 @@ void tc_ep_destroy(tc_ep_h E) {
   if (!E)
     return;
   if (E->W) {
-    E->W->Eps.erase(E->Conn);
-    if (E->Conn)
+    if (E->Conn) {
+      E->W->Eps.erase(E->Conn);
       E->W->RT->transport().disconnect(E->Conn);
+    }
   }
   delete E;
 }

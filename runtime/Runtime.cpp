@@ -56,6 +56,22 @@ void Runtime::event(const Twine &Msg) {
 // Source side
 //===----------------------------------------------------------------------===//
 
+/// Targets get the archive without source members; its hash is the code's
+/// identity on the wire.
+static Expected<std::pair<std::string, ArchiveHash>>
+shippedArchive(const Archive &A) {
+  Archive Shipped = A;
+  llvm::erase_if(Shipped.Members,
+                 [](const Member &M) { return M.TheRole == Role::Source; });
+  if (Shipped.Members.empty())
+    return createStringError("ifunc '%s': archive has no target members",
+                             A.Name.c_str());
+  Expected<SmallString<0>> Out = writeArchive(Shipped);
+  if (!Out)
+    return Out.takeError();
+  return std::make_pair(Out->str().str(), Shipped.Hash);
+}
+
 Expected<std::shared_ptr<const Ifunc>>
 Runtime::registerArchive(StringRef Bytes) {
   Expected<Archive> A = readArchive(MemoryBufferRef(Bytes, "archive"));
@@ -79,19 +95,11 @@ Runtime::registerArchive(StringRef Bytes) {
     Slot = F->SourceHold;
   }
 
-  // Targets get the archive without source members; its hash is the code's
-  // identity on the wire.
-  Archive Shipped = *A;
-  llvm::erase_if(Shipped.Members,
-                 [](const Member &M) { return M.TheRole == Role::Source; });
-  if (Shipped.Members.empty())
-    return createStringError("ifunc '%s': archive has no target members",
-                             A->Name.c_str());
-  Expected<SmallString<0>> Out = writeArchive(Shipped);
+  Expected<std::pair<std::string, ArchiveHash>> Out = shippedArchive(*A);
   if (!Out)
     return Out.takeError();
-  F->Bytes = Out->str().str();
-  F->Hash = Shipped.Hash;
+  F->Bytes = std::move(Out->first);
+  F->Hash = Out->second;
   F->Parsed = std::move(*A);
   Registered[F->Name] = F;
   event("registered " + F->Name + " " + toHex(F->Hash).substr(0, 16));
@@ -178,12 +186,16 @@ void Runtime::send(ConnId C, const Message &M,
   F.Seq = S.NextSeq++;
   auto Body = std::make_shared<std::string>(M.Payload);
   auto It = S.SentCode.find(M.Code->Hash);
-  if (It != S.SentCode.end()) {
+  if (It != S.SentCode.end() && !Opts.AlwaysShipCode) {
     F.CodeId = It->second;
   } else {
-    F.CodeId = S.NextCodeId++;
-    S.SentCode[M.Code->Hash] = F.CodeId;
-    S.ById[F.CodeId] = M.Code;
+    if (It != S.SentCode.end()) {
+      F.CodeId = It->second;
+    } else {
+      F.CodeId = S.NextCodeId++;
+      S.SentCode[M.Code->Hash] = F.CodeId;
+      S.ById[F.CodeId] = M.Code;
+    }
     F.Flags = FrameHasCode;
     F.Hash = M.Code->Hash;
     F.Archive = M.Code->Bytes;
@@ -285,22 +297,55 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
                                                  WireStatus &Why) {
   ++Counters.CodeFrames;
   if (const LoadedIfunc *L = Jit->find(F.Hash)) {
-    // Identity already loaded (from another connection, or resent): the
-    // hash names it, so the archive need not be parsed again.
+    // Identity already loaded (from another connection, preloaded, or
+    // resent): the hash names it, so the archive need not be parsed again.
     conn(C).Known[F.CodeId] = F.Hash;
     conn(C).Requested.erase(F.CodeId);
     touch(F.Hash);
     return L;
   }
-  Expected<Archive> A = readArchive(MemoryBufferRef(F.Archive, "frame"));
+  Expected<const LoadedIfunc *> L = loadArchive(F.Archive, &F.Hash, Why);
+  if (!L)
+    return L.takeError();
+  conn(C).Known[F.CodeId] = (*L)->Hash;
+  conn(C).Requested.erase(F.CodeId);
+  return L;
+}
+
+Expected<const LoadedIfunc *> Runtime::preload(StringRef Bytes) {
+  // Load what a sender of this archive would ship, so the identities match.
+  WireStatus Why = WireStatus::BadArchive;
+  Expected<Archive> A = readArchive(MemoryBufferRef(Bytes, "archive"));
+  if (!A)
+    return createStringError(wireStatusName(Why) + ": " +
+                             toString(A.takeError()));
+  Expected<std::pair<std::string, ArchiveHash>> Shipped = shippedArchive(*A);
+  if (!Shipped)
+    return createStringError(wireStatusName(Why) + ": " +
+                             toString(Shipped.takeError()));
+  Expected<const LoadedIfunc *> L = loadArchive(Shipped->first, nullptr, Why);
+  if (!L)
+    return createStringError(wireStatusName(Why) + ": " +
+                             toString(L.takeError()));
+  return L;
+}
+
+Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
+                                                   const ArchiveHash *Claimed,
+                                                   WireStatus &Why) {
+  Expected<Archive> A = readArchive(MemoryBufferRef(Bytes, "frame"));
   if (!A) {
     Why = WireStatus::BadArchive;
     return A.takeError();
   }
-  if (A->Hash != F.Hash) {
+  if (Claimed && A->Hash != *Claimed) {
     Why = WireStatus::HashMismatch;
     return createStringError("archive hashes to %s, frame says %s",
-                             toHex(A->Hash).c_str(), toHex(F.Hash).c_str());
+                             toHex(A->Hash).c_str(), toHex(*Claimed).c_str());
+  }
+  if (const LoadedIfunc *L = Jit->find(A->Hash)) {
+    touch(A->Hash);
+    return L;
   }
   if (!Opts.AllowedHashes.empty() && !Opts.AllowedHashes.count(A->Hash)) {
     Why = WireStatus::PolicyRefused;
@@ -329,9 +374,7 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
                 toHex(A->Hash).substr(0, 16), L->LoadMillis,
                 imageKindName(L->Kind),
                 L->FromDiskCache ? ", from the disk cache" : ""));
-  TargetArchives[A->Hash] = F.Archive.str();
-  conn(C).Known[F.CodeId] = A->Hash;
-  conn(C).Requested.erase(F.CodeId);
+  TargetArchives[A->Hash] = Bytes.str();
   touch(A->Hash);
   if (Opts.MaxLoaded && LRU.size() > Opts.MaxLoaded)
     evict(LRU.back());
@@ -371,7 +414,7 @@ void Runtime::callMain(IfuncMainFn Main, StringRef Name, StringRef Payload) {
   }
   if (!Payload.empty())
     std::memcpy(Buf, Payload.data(), Payload.size());
-  auto Named = NamedTargetArgs.find(Name.str());
+  auto Named = NamedTargetArgs.find(Name);
   void *Args =
       Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
   ++Depth;

@@ -96,6 +96,10 @@ struct RuntimeOptions {
   /// A memory region connected senders may read (RegionRead frames).
   const void *Region = nullptr;
   size_t RegionSize = 0;
+  /// Attach the archive to every Invoke, not only the first per connection
+  /// and identity: the "uncached" mode benchmarks measure (the target still
+  /// finds the identity loaded by its hash; only the bytes travel).
+  bool AlwaysShipCode = false;
 };
 
 /// An error a target sent back about one of our messages.
@@ -181,6 +185,12 @@ public:
   /// frames. It gets target_args like an ifunc named \p Name would.
   llvm::Error registerLocal(llvm::StringRef Name, IfuncMainFn Fn);
 
+  /// Loads an archive as target code ahead of any message (tc-serve
+  /// --ifunc-path): the first message of that identity then needs no JIT.
+  /// Admission rules (allow-list, member selection, deps) are those for
+  /// code that arrives in a frame.
+  llvm::Expected<const LoadedIfunc *> preload(llvm::StringRef Bytes);
+
   /// Frees loaded code of \p Hash and forgets every code id naming it, so
   /// senders are asked for it again on next use.
   void evict(const ArchiveHash &Hash);
@@ -244,6 +254,10 @@ private:
   /// Verifies, admits and loads an archive; records the code id.
   llvm::Expected<const LoadedIfunc *> admitCode(ConnId C, const Frame &F,
                                                 WireStatus &Why);
+  /// Parses, checks (\p Claimed hash if given, allow-list) and loads.
+  llvm::Expected<const LoadedIfunc *>
+  loadArchive(llvm::StringRef Bytes, const ArchiveHash *Claimed,
+              WireStatus &Why);
   void runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L);
   void callMain(IfuncMainFn Main, llvm::StringRef Name,
                 llvm::StringRef Payload);
@@ -257,7 +271,7 @@ private:
   std::unordered_map<ConnId, Conn> Conns;
   std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
   std::list<ArchiveHash> LRU; ///< front: most recently used
-  std::map<std::string, void *> NamedTargetArgs;
+  std::map<std::string, void *, std::less<>> NamedTargetArgs;
   std::map<uint32_t, std::pair<std::string, IfuncMainFn>> Locals;
   RuntimeCounters Counters;
   llvm::unique_function<void(const RemoteError &)> RemoteErrorCB;

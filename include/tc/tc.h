@@ -70,13 +70,23 @@ typedef enum {
     TC_EXEC_RANGE_MAX_ = 0x7fffffff /**< Never valid: widens the enum to int. */
 } tc_exec_mode_t;
 
+/** When a sender attaches the archive to a message. */
+typedef enum {
+    TC_SHIP_CODE_ONCE   = 0, /**< First message per (endpoint, identity). */
+    /** Every message (targets find the identity loaded by its hash): the
+     *  "uncached" mode of the benchmarks, not for production. */
+    TC_SHIP_CODE_ALWAYS = 1,
+    TC_SHIP_CODE_RANGE_MAX_ = 0x7fffffff /**< Never valid. */
+} tc_ship_code_t;
+
 enum tc_context_params_field {
     TC_CONTEXT_PARAM_FIELD_IFUNC_PATH = TC_BIT(0),
     TC_CONTEXT_PARAM_FIELD_EXEC_MODE  = TC_BIT(1),
     TC_CONTEXT_PARAM_FIELD_MAX_LOADED = TC_BIT(2),
     TC_CONTEXT_PARAM_FIELD_DEP_DIRS   = TC_BIT(3),
     TC_CONTEXT_PARAM_FIELD_ALLOW      = TC_BIT(4),
-    TC_CONTEXT_PARAM_FIELD_CACHE_DIR  = TC_BIT(5)
+    TC_CONTEXT_PARAM_FIELD_CACHE_DIR  = TC_BIT(5),
+    TC_CONTEXT_PARAM_FIELD_SHIP_CODE  = TC_BIT(6)
 };
 
 typedef struct tc_context_params {
@@ -93,22 +103,31 @@ typedef struct tc_context_params {
     size_t         allow_count;
     /** Persistent cache of compiled objects; may be shared by processes. */
     const char    *cache_dir;
+    tc_ship_code_t ship_code;   /**< Default TC_SHIP_CODE_ONCE. */
 } tc_context_params_t;
 
 enum tc_worker_params_field {
     TC_WORKER_PARAM_FIELD_TARGET_ARGS = TC_BIT(0),
-    TC_WORKER_PARAM_FIELD_ERROR_CB    = TC_BIT(1)
+    TC_WORKER_PARAM_FIELD_ERROR_CB    = TC_BIT(1),
+    TC_WORKER_PARAM_FIELD_ACCEPT_CB   = TC_BIT(2)
 };
 
 /** Called on the source when a target rejected one of its messages. */
 typedef void (*tc_remote_error_cb_t)(void *arg, tc_ep_h ep, uint32_t seq,
                                      tc_status_t status, const char *message);
 
+/** Called on a listening worker for each connection it accepts. @p ep is
+ *  the application's (send on it to answer the peer; tc_ep_destroy() it
+ *  when done). Without this callback accepted connections get no handle. */
+typedef void (*tc_accept_cb_t)(void *arg, tc_ep_h ep);
+
 typedef struct tc_worker_params {
     uint64_t             field_mask;
     void                *target_args; /**< Default target_args for NAME_main. */
     tc_remote_error_cb_t error_cb;    /**< Errors targets send back. */
     void                *error_arg;
+    tc_accept_cb_t       accept_cb;   /**< Accepted connections. */
+    void                *accept_arg;
 } tc_worker_params_t;
 
 /** A function linked into the target, run by tc_ep_send_local(). */

@@ -11,7 +11,9 @@
 #include "ToolSupport.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -40,6 +42,9 @@ OPTIONS:
   --cache-dir DIR      Keep compiled objects in DIR, so a restarted target
                        (or another one sharing DIR) skips the JIT
   --exec MODE          auto | bitcode | object
+  --ifunc-path DIRS    Load every NAME.tcfb in these ':'-separated
+                       directories at start, so their first messages find
+                       the code ready (no JIT on first contact)
   -v                   One line per event
   --help, --version
 )";
@@ -56,6 +61,40 @@ extern "C" void onSignal(int) {
   Stop = true;
   if (SignalTarget)
     SignalTarget->signal();
+}
+
+/// Loads every NAME.tcfb in the ':'-separated \p Dirs (sorted by name, so
+/// runs are repeatable). Any archive that cannot be loaded stops the start:
+/// a daemon should not come up missing code it was told to serve.
+static Error preloadIfuncs(Runtime &R, StringRef Dirs) {
+  SmallVector<StringRef, 4> Parts;
+  Dirs.split(Parts, ':', -1, false);
+  for (StringRef Dir : Parts) {
+    if (!sys::fs::is_directory(Dir))
+      return createStringError("--ifunc-path: '%s' is not a directory",
+                               Dir.str().c_str());
+    std::vector<std::string> Files;
+    std::error_code EC;
+    for (sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
+         It.increment(EC))
+      if (sys::path::extension(It->path()) == ".tcfb")
+        Files.push_back(It->path());
+    if (EC)
+      return createStringError(EC, "--ifunc-path: '%s': %s",
+                               Dir.str().c_str(), EC.message().c_str());
+    llvm::sort(Files);
+    for (const std::string &F : Files) {
+      ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(F);
+      if (!B)
+        return createStringError(B.getError(), "'%s': %s", F.c_str(),
+                                 B.getError().message().c_str());
+      Expected<const LoadedIfunc *> L = R.preload((*B)->getBuffer());
+      if (!L)
+        return createStringError("'%s': %s", F.c_str(),
+                                 toString(L.takeError()).c_str());
+    }
+  }
+  return Error::success();
 }
 
 static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
@@ -86,7 +125,7 @@ static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
 int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
-                      Exec = "auto", V, OptError;
+                      Exec = "auto", IfuncPath, V, OptError;
   bool Verbose = false;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
@@ -99,7 +138,8 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--region-size", RegionSize, OptError) ||
                takeOption(argc, argv, I, "--allow", Allow, OptError) ||
                takeOption(argc, argv, I, "--max-loaded", MaxLoaded, OptError) ||
-               takeOption(argc, argv, I, "--exec", Exec, OptError)) {
+               takeOption(argc, argv, I, "--exec", Exec, OptError) ||
+               takeOption(argc, argv, I, "--ifunc-path", IfuncPath, OptError)) {
     } else if (takeOption(argc, argv, I, "--cache-dir", V, OptError)) {
       Opts.Jit.CacheDir = V;
     } else if (takeOption(argc, argv, I, "--dep-dir", V, OptError)) {
@@ -158,6 +198,9 @@ int main(int argc, char **argv) {
     return toolError(Tool, toString(std::move(E)));
   if (Verbose)
     R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
+  if (!IfuncPath.empty())
+    if (Error E = preloadIfuncs(R, IfuncPath))
+      return toolError(Tool, toString(std::move(E)));
   auto Port = R.transport().listen(HP->first, HP->second);
   if (!Port)
     return toolError(Tool, toString(Port.takeError()));

@@ -34,28 +34,38 @@ def main():
     server_cmd, client = args[:split], " ".join(args[split + 1:])
 
     server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, bufsize=1)
+                              stderr=subprocess.STDOUT)
     lines = []
     addr = None
     deadline = time.monotonic() + ready_timeout
     try:
-        os.set_blocking(server.stdout.fileno(), True)
+        # Read the raw fd, not a buffered file: a buffered reader may pull
+        # several lines at once and leave select() waiting for more.
         import selectors
         sel = selectors.DefaultSelector()
         sel.register(server.stdout, selectors.EVENT_READ)
+        pending = b""
         while addr is None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(left):
-                print("with-server.py: server not ready in %gs" % ready_timeout)
-                return 1
-            line = server.stdout.readline()
-            if not line:
-                print("with-server.py: server exited early:\n" + "".join(lines))
-                return 1
+            if b"\n" not in pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    print("with-server.py: server not ready in %gs"
+                          % ready_timeout)
+                    return 1
+                chunk = os.read(server.stdout.fileno(), 65536)
+                if not chunk:
+                    print("with-server.py: server exited early:\n"
+                          + "".join(lines) + pending.decode(errors="replace"))
+                    return 1
+                pending += chunk
+                continue
+            raw, pending = pending.split(b"\n", 1)
+            line = raw.decode(errors="replace") + "\n"
             lines.append(line)
             m = re.search(r"listening on (\S+:\d+)", line)
             if m:
                 addr = m.group(1)
+        lines.append(pending.decode(errors="replace"))
         env = dict(os.environ, TC_ADDR=addr, TC_SERVER_PID=str(server.pid))
         try:
             rc = subprocess.run(client, shell=True, env=env,
@@ -72,7 +82,7 @@ def main():
         except subprocess.TimeoutExpired:
             server.kill()
             out, _ = server.communicate()
-        lines.append(out or "")
+        lines.append((out or b"").decode(errors="replace"))
     for line in "".join(lines).splitlines():
         print("server: " + line)
     print("server: exit %d" % server.returncode)
