@@ -316,6 +316,8 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   for (const auto &KV : C.Errors)
     S.errors += KV.second;
   S.errors_received = C.ErrorsReceived;
+  S.frames_sent = C.FramesSent;
+  S.bytes_sent = C.BytesSent;
   *Out = S;
   return TC_OK;
 }
@@ -485,6 +487,16 @@ tc_status_t tc_msg_send(tc_ep_h E, tc_msg_h M, tc_send_cb_t CB, void *Arg) {
 }
 
 void tc_msg_free(tc_msg_h M) { delete M; }
+
+tc_ep_h tc_worker_source_ep(tc_worker_h W) {
+  if (!W)
+    return nullptr;
+  ConnId C = W->RT->currentConn();
+  if (!C)
+    return nullptr;
+  auto It = W->Eps.find(C);
+  return It == W->Eps.end() ? nullptr : It->second;
+}
 
 tc_status_t tc_worker_register_local(tc_worker_h W, const char *Name,
                                      tc_local_fn_t Fn) {

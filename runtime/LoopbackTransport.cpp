@@ -113,13 +113,15 @@ public:
         Peer->Inbox.push_back(
             {It->second.PeerId, Header.str() + Body.str(), Header.size()});
         Peer->Ready.notify_all();
-        // The body was copied: it may be reused as soon as Done runs.
-        Completions.push_back({std::move(Done), ""});
+        // Header and body were copied.
+        if (Done)
+          Completions.push_back({std::move(Done), ""});
         return;
       }
     }
-    Completions.push_back(
-        {std::move(Done), formatv("loopback: connection {0} is closed", C)});
+    if (Done)
+      Completions.push_back(
+          {std::move(Done), formatv("loopback: connection {0} is closed", C)});
   }
 
   void disconnect(ConnId C) override {

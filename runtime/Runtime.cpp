@@ -163,19 +163,15 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
   return std::move(M);
 }
 
-void Runtime::sendFrame(ConnId C, const Frame &F,
-                        std::shared_ptr<std::string> Body,
+void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
                         unique_function<void(Error)> Done) {
-  std::string Header;
-  encodeFrameHeader(F, Header);
-  StringRef BodyRef = Body ? StringRef(*Body) : StringRef();
-  T->send(C, Header, BodyRef,
-          [Body = std::move(Body), Done = std::move(Done)](Error E) mutable {
-            if (Done)
-              Done(std::move(E));
-            else
-              consumeError(std::move(E));
-          });
+  // The transport copies what it must keep, so both buffers are reused: no
+  // allocation per frame on the hot path.
+  HeaderBuf.clear();
+  encodeFrameHeader(F, HeaderBuf);
+  ++Counters.FramesSent;
+  Counters.BytesSent += HeaderBuf.size() + Body.size();
+  T->send(C, HeaderBuf, Body, std::move(Done));
 }
 
 void Runtime::send(ConnId C, const Message &M,
@@ -184,25 +180,26 @@ void Runtime::send(ConnId C, const Message &M,
   Frame F;
   F.Type = FrameType::Invoke;
   F.Seq = S.NextSeq++;
-  auto Body = std::make_shared<std::string>(M.Payload);
+  F.Payload = M.Payload;
   auto It = S.SentCode.find(M.Code->Hash);
   if (It != S.SentCode.end() && !Opts.AlwaysShipCode) {
     F.CodeId = It->second;
-  } else {
-    if (It != S.SentCode.end()) {
-      F.CodeId = It->second;
-    } else {
-      F.CodeId = S.NextCodeId++;
-      S.SentCode[M.Code->Hash] = F.CodeId;
-      S.ById[F.CodeId] = M.Code;
-    }
-    F.Flags = FrameHasCode;
-    F.Hash = M.Code->Hash;
-    F.Archive = M.Code->Bytes;
-    *Body += M.Code->Bytes;
+    sendFrame(C, F, M.Payload, std::move(Done));
+    return;
   }
-  F.Payload = M.Payload;
-  sendFrame(C, F, std::move(Body), std::move(Done));
+  if (It != S.SentCode.end()) {
+    F.CodeId = It->second;
+  } else {
+    F.CodeId = S.NextCodeId++;
+    S.SentCode[M.Code->Hash] = F.CodeId;
+    S.ById[F.CodeId] = M.Code;
+  }
+  F.Flags = FrameHasCode;
+  F.Hash = M.Code->Hash;
+  F.Archive = M.Code->Bytes;
+  BodyBuf.assign(M.Payload);
+  BodyBuf += M.Code->Bytes;
+  sendFrame(C, F, BodyBuf, std::move(Done));
 }
 
 /// Runs and forgets the waiter registered for \p Seq, if there is one.
@@ -226,7 +223,7 @@ void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   F.Type = FrameType::Fence;
   F.Seq = S.NextSeq++;
   S.Fences[F.Seq] = std::move(Done);
-  sendFrame(C, F, nullptr, [this, C, Seq = F.Seq](Error E) {
+  sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
     auto It = Conns.find(C);
     if (E && (It == Conns.end() ||
               !finishWaiter(It->second.Fences, Seq, std::move(E))))
@@ -242,7 +239,7 @@ void Runtime::readRegion(ConnId C, uint64_t Length,
   F.Seq = S.NextSeq++;
   F.Length = Length;
   S.Reads[F.Seq] = std::move(Done);
-  sendFrame(C, F, nullptr, [this, C, Seq = F.Seq](Error E) {
+  sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
     auto It = Conns.find(C);
     if (E && (It == Conns.end() ||
               !finishWaiter(It->second.Reads, Seq, std::move(E))))
@@ -264,9 +261,8 @@ void Runtime::sendError(ConnId C, const Frame &About, WireStatus S,
   E.Seq = About.Seq;
   E.CodeId = About.CodeId;
   E.Status = S;
-  auto Body = std::make_shared<std::string>(Msg.take_front(4096).str());
-  E.Message = *Body;
-  sendFrame(C, E, Body, nullptr);
+  E.Message = Msg.take_front(4096);
+  sendFrame(C, E, E.Message, nullptr);
 }
 
 static WireStatus statusOf(LoadFailure K) {
@@ -395,7 +391,8 @@ void Runtime::evict(const ArchiveHash &Which) {
   event("evicted " + toHex(H).substr(0, 16));
 }
 
-void Runtime::callMain(IfuncMainFn Main, StringRef Name, StringRef Payload) {
+void Runtime::callMain(ConnId C, IfuncMainFn Main, StringRef Name,
+                       StringRef Payload) {
   // Give the function an aligned, writable copy: the transport's buffer may
   // be neither.
   static thread_local std::vector<std::max_align_t> Scratch;
@@ -418,13 +415,16 @@ void Runtime::callMain(IfuncMainFn Main, StringRef Name, StringRef Payload) {
   void *Args =
       Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
   ++Depth;
+  ConnId Outer = Current;
+  Current = C;
   Main(Buf, Payload.size(), Args);
+  Current = Outer;
   --Depth;
   ++Counters.Executed;
 }
 
 void Runtime::runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L) {
-  callMain(L.Main, L.Name, F.Payload);
+  callMain(C, L.Main, L.Name, F.Payload);
 }
 
 Error Runtime::registerLocal(StringRef Name, IfuncMainFn Fn) {
@@ -444,9 +444,8 @@ void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
   F.Type = FrameType::LocalInvoke;
   F.Seq = S.NextSeq++;
   F.CodeId = localFunctionId(Name);
-  auto Body = std::make_shared<std::string>(Payload.str());
-  F.Payload = *Body;
-  sendFrame(C, F, std::move(Body), std::move(Done));
+  F.Payload = Payload;
+  sendFrame(C, F, Payload, std::move(Done));
 }
 
 bool Runtime::handle(ConnId C, const Frame &F) {
@@ -476,7 +475,7 @@ bool Runtime::handle(ConnId C, const Frame &F) {
           R.Type = FrameType::CodeRequest;
           R.Seq = F.Seq;
           R.CodeId = F.CodeId;
-          sendFrame(C, R, nullptr, nullptr);
+          sendFrame(C, R, StringRef(), nullptr);
         }
         return false;
       }
@@ -494,14 +493,14 @@ bool Runtime::handle(ConnId C, const Frame &F) {
                 formatv("no local function with id {0:x}", F.CodeId).str());
       return true;
     }
-    callMain(It->second.second, It->second.first, F.Payload);
+    callMain(C, It->second.second, It->second.first, F.Payload);
     return true;
   }
   case FrameType::Fence: {
     Frame R;
     R.Type = FrameType::FenceDone;
     R.Seq = F.Seq;
-    sendFrame(C, R, nullptr, nullptr);
+    sendFrame(C, R, StringRef(), nullptr);
     return true;
   }
   case FrameType::RegionRead: {
@@ -512,11 +511,9 @@ bool Runtime::handle(ConnId C, const Frame &F) {
     Frame R;
     R.Type = FrameType::RegionData;
     R.Seq = F.Seq;
-    auto Body = std::make_shared<std::string>(
-        static_cast<const char *>(Opts.Region),
-        std::min<uint64_t>(F.Length, Opts.RegionSize));
-    R.Data = *Body;
-    sendFrame(C, R, std::move(Body), nullptr);
+    R.Data = StringRef(static_cast<const char *>(Opts.Region),
+                       std::min<uint64_t>(F.Length, Opts.RegionSize));
+    sendFrame(C, R, R.Data, nullptr);
     return true;
   }
   default:
@@ -613,8 +610,7 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
     R.CodeId = F.CodeId;
     R.Hash = It->second->Hash;
     R.Archive = It->second->Bytes;
-    auto Body = std::make_shared<std::string>(It->second->Bytes);
-    sendFrame(C, R, std::move(Body), nullptr);
+    sendFrame(C, R, It->second->Bytes, nullptr);
     return;
   }
   case FrameType::Error: {

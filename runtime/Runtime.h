@@ -81,6 +81,8 @@ struct RuntimeCounters {
   uint64_t Evictions = 0;
   std::map<WireStatus, uint64_t> Errors; ///< Dropped messages by kind.
   uint64_t ErrorsReceived = 0;           ///< Error frames a sender got.
+  uint64_t FramesSent = 0;               ///< Frames of any type sent.
+  uint64_t BytesSent = 0;                ///< Their header + body bytes.
 };
 
 struct RuntimeOptions {
@@ -197,6 +199,10 @@ public:
 
   const RuntimeCounters &counters() const { return Counters; }
 
+  /// The connection whose message is running (inside NAME_main or a local
+  /// function), else 0: where an answer to it should go.
+  ConnId currentConn() const { return Current; }
+
   //--- Progress --------------------------------------------------------===//
 
   bool progress() { return T->progress(); }
@@ -242,7 +248,7 @@ private:
   };
 
   Conn &conn(ConnId C) { return Conns[C]; }
-  void sendFrame(ConnId C, const Frame &F, std::shared_ptr<std::string> Body,
+  void sendFrame(ConnId C, const Frame &F, llvm::StringRef Body,
                  llvm::unique_function<void(llvm::Error)> Done);
   void sendError(ConnId C, const Frame &About, WireStatus S,
                  llvm::StringRef Msg);
@@ -259,7 +265,7 @@ private:
   loadArchive(llvm::StringRef Bytes, const ArchiveHash *Claimed,
               WireStatus &Why);
   void runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L);
-  void callMain(IfuncMainFn Main, llvm::StringRef Name,
+  void callMain(ConnId C, IfuncMainFn Main, llvm::StringRef Name,
                 llvm::StringRef Payload);
   void touch(const ArchiveHash &H);
 
@@ -274,6 +280,8 @@ private:
   std::map<std::string, void *, std::less<>> NamedTargetArgs;
   std::map<uint32_t, std::pair<std::string, IfuncMainFn>> Locals;
   RuntimeCounters Counters;
+  ConnId Current = 0;
+  std::string HeaderBuf, BodyBuf; ///< Reused by sendFrame/send.
   llvm::unique_function<void(const RemoteError &)> RemoteErrorCB;
   llvm::unique_function<void(ConnId)> AcceptCB;
   llvm::unique_function<void(ConnId, llvm::StringRef)> DisconnectCB;

@@ -38,6 +38,7 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -54,6 +55,35 @@ namespace {
 
 /// The active message id tc frames use.
 constexpr unsigned TcAmId = 0x7C;
+/// Frames up to this size (header + body) try the allocation-free path.
+constexpr size_t FastPathBytes = 64;
+
+/// Whether peer error handling should be enabled on shared-memory
+/// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
+/// list names a shared-memory transport and no TCP one.
+///
+/// Without it UCX leaves shared memory out of every endpoint we create (all
+/// use UCP_ERR_HANDLING_MODE_PEER). With it *and* TCP in the list, UCX 1.13
+/// builds endpoints whose AM lanes mix posix and tcp and then takes the
+/// short-message limit from the wrong one: frames between ~100 bytes and
+/// 8 KiB fail ("Invalid am_short_iov length"). So shared memory is used
+/// for peers that connect by worker address with UCX_TLS=posix,self (or
+/// sm,self); client-server (HOST:PORT) connections need tcp in UCX_TLS for
+/// their wire-up and stay on TCP. docs/transport.md has the details.
+bool wantSharedMemoryErrorHandling(StringRef Tls) {
+  if (Tls.empty() || Tls.starts_with("^"))
+    return false;
+  SmallVector<StringRef, 8> Names;
+  Tls.split(Names, ',');
+  bool Shm = false;
+  for (StringRef N : Names) {
+    if (N == "all" || N == "tcp")
+      return false;
+    Shm |= N == "sm" || N == "shm" || N == "mm" || N == "posix" ||
+           N == "sysv";
+  }
+  return Shm;
+}
 
 Error ucxError(const Twine &What, ucs_status_t S) {
   return createStringError(What + ": " + ucs_status_string(S));
@@ -61,12 +91,14 @@ Error ucxError(const Twine &What, ucs_status_t S) {
 
 class UcxTransport;
 
-/// A send in flight: owns the header until UCX is done with it (UCX 1.13
-/// has no UCP_AM_SEND_FLAG_COPY_HEADER).
+/// A send that did not leave at once: owns copies of the header and body
+/// until UCX is done with them (UCX 1.13 has no
+/// UCP_AM_SEND_FLAG_COPY_HEADER).
 struct SendOp {
   UcxTransport *T;
   ConnId Conn;
   std::string Header;
+  std::string Body;
   /// Empty once reported (the connection died first); the op then lives on
   /// only until UCX lets go of it.
   unique_function<void(Error)> Done;
@@ -123,7 +155,8 @@ private:
   void lost(ucp_ep_h Ep, ucs_status_t S);
   void complete(unique_function<void(Error)> Done, std::string Err) {
     Activity = true;
-    Completions.emplace_back(std::move(Done), std::move(Err));
+    if (Done)
+      Completions.emplace_back(std::move(Done), std::move(Err));
   }
   /// Frees the endpoint-close requests that have finished.
   void reapClosing() {
@@ -180,6 +213,18 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
           UCS_OK) {
     ucp_config_release(Config);
     return ucxError("UCX TLS '" + Opts.Transports + "'", S);
+  }
+  // Shared-memory transports offer peer error handling only when asked (see
+  // wantSharedMemoryErrorHandling). A value the user set in the environment
+  // wins.
+  const char *EnvTls = std::getenv("UCX_TLS");
+  StringRef Tls = !Opts.Transports.empty() ? StringRef(Opts.Transports)
+                                           : StringRef(EnvTls ? EnvTls : "");
+  if (!std::getenv("UCX_MM_ERROR_HANDLING") &&
+      wantSharedMemoryErrorHandling(Tls) &&
+      (S = ucp_config_modify(Config, "MM_ERROR_HANDLING", "y")) != UCS_OK) {
+    ucp_config_release(Config);
+    return ucxError("UCX MM_ERROR_HANDLING", S);
   }
   ucp_params_t P{};
   P.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -390,16 +435,43 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
     complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
-  auto *Op = new SendOp{this, C, Header.str(), std::move(Done)};
+  // Fast path: a small frame UCX can put on the wire right now leaves from
+  // the caller's buffers, with nothing allocated. Only small ones: UCX 1.13
+  // with FORCE_IMM_CMPL picks a short protocol for frames beyond the shared
+  // memory transport's short limit (100 bytes) and fails them.
   ucp_request_param_t P{};
+  ucs_status_ptr_t R;
+  if (Header.size() + Body.size() <= FastPathBytes) {
+    P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    P.flags = UCP_AM_SEND_FLAG_REPLY;
+    R = ucp_am_send_nbx(It->second.Ep, TcAmId, Header.data(), Header.size(),
+                        Body.data(), Body.size(), &P);
+    if (R == nullptr) {
+      complete(std::move(Done), "");
+      return;
+    }
+    if (UCS_PTR_IS_ERR(R) && UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE) {
+      complete(std::move(Done), formatv("send to {0} failed: {1}",
+                                        It->second.Peer,
+                                        ucs_status_string(UCS_PTR_STATUS(R)))
+                                    .str());
+      return;
+    }
+    if (!UCS_PTR_IS_ERR(R)) { // Not with FORCE_IMM_CMPL; be safe anyway.
+      ucp_request_cancel(Worker, R);
+      ucp_request_free(R);
+    }
+  }
+  // Slow path (rendezvous, or no resources now): UCX keeps pointers to the
+  // header and body until it completes, so they are copied into the op.
+  auto *Op = new SendOp{this, C, Header.str(), Body.str(), std::move(Done)};
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;
+  P.flags = UCP_AM_SEND_FLAG_REPLY;
   P.cb.send = &UcxTransport::onSendDone;
   P.user_data = Op;
-  P.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t R =
-      ucp_am_send_nbx(It->second.Ep, TcAmId, Op->Header.data(),
-                      Op->Header.size(), Body.data(), Body.size(), &P);
+  R = ucp_am_send_nbx(It->second.Ep, TcAmId, Op->Header.data(),
+                      Op->Header.size(), Op->Body.data(), Op->Body.size(), &P);
   if (R == nullptr) {
     complete(std::move(Op->Done), "");
     delete Op;

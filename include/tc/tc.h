@@ -149,6 +149,8 @@ typedef struct tc_worker_stats {
     uint64_t evictions;
     uint64_t errors;         /**< Messages dropped (all kinds). */
     uint64_t errors_received;/**< Rejections this worker got as a sender. */
+    uint64_t frames_sent;    /**< Frames of any kind this worker sent. */
+    uint64_t bytes_sent;     /**< Their bytes: headers + bodies. */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);
@@ -184,6 +186,12 @@ tc_status_t tc_worker_set_target_args(tc_worker_h worker, const char *name,
 tc_status_t tc_worker_query_stats(tc_worker_h worker,
                                   tc_worker_stats_t *stats_p);
 
+/** @brief Inside NAME_main or a local function: the endpoint the running
+ *  message came on, to answer its sender; NULL elsewhere, or when the
+ *  application holds no handle for that connection (accepted connections
+ *  get handles through accept_cb). */
+tc_ep_h     tc_worker_source_ep(tc_worker_h worker);
+
 /** @brief Register @p fn (linked into this process) under @p name for
  *  tc_ep_send_local(): the active-message baseline, where no code travels.
  *  It gets the target_args an ifunc called @p name would. */
@@ -217,11 +225,12 @@ void        tc_ifunc_deregister(tc_ifunc_h ifunc);
  *  on @p source_args. */
 tc_status_t tc_msg_create(tc_ifunc_h ifunc, const void *source_args,
                           size_t source_args_size, tc_msg_h *msg_p);
-/** @brief The message's payload, writable until the message is sent. */
+/** @brief The message's payload, writable (a send copies it). */
 void       *tc_msg_payload(tc_msg_h msg, size_t *size_p);
 /** @brief Send @p msg on @p ep. Returns TC_INPROGRESS and later calls @p cb
- *  (may be NULL) from tc_worker_progress(); the message may be sent again
- *  or freed right after this call returns. */
+ *  (may be NULL) from tc_worker_progress(); the message may be changed
+ *  (through tc_msg_payload()), sent again or freed right after this call
+ *  returns. */
 tc_status_t tc_msg_send(tc_ep_h ep, tc_msg_h msg, tc_send_cb_t cb, void *arg);
 void        tc_msg_free(tc_msg_h msg);
 

@@ -1,0 +1,527 @@
+//===- Bench.cpp - tc-bench's entry point and shared helpers --------------===//
+
+#include "Bench.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <poll.h>
+#include <regex>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace bench {
+
+bool Quiet = false;
+bool ConnectByAddress = false;
+std::atomic<bool> Interrupted{false};
+static std::vector<Child *> Running;
+static std::vector<pid_t> RunningPids;
+
+//--- Output ------------------------------------------------------------===//
+
+static std::string jsonString(const std::string &S) {
+  std::string Out = "\"";
+  for (char C : S) {
+    if (C == '"' || C == '\\')
+      Out += '\\';
+    Out += C;
+  }
+  return Out + "\"";
+}
+
+static std::string number(double V) {
+  char Buf[64];
+  std::snprintf(Buf, sizeof Buf, "%.6g", V);
+  return Buf;
+}
+
+void printRecords(const std::vector<Record> &Rs, Format F) {
+  if (F == Format::Json) {
+    std::printf("[");
+    for (size_t I = 0; I < Rs.size(); ++I) {
+      const Record &R = Rs[I];
+      std::printf("%s\n {\"bench\":%s,\"mode\":%s,\"metric\":%s,\"value\":%s,"
+                  "\"unit\":%s",
+                  I ? "," : "", jsonString(R.Bench).c_str(),
+                  jsonString(R.Mode).c_str(), jsonString(R.Metric).c_str(),
+                  number(R.Value).c_str(), jsonString(R.Unit).c_str());
+      if (!R.Transport.empty())
+        std::printf(",\"transport\":%s", jsonString(R.Transport).c_str());
+      if (R.Servers >= 0)
+        std::printf(",\"servers\":%ld", R.Servers);
+      if (R.Depth >= 0)
+        std::printf(",\"depth\":%ld", R.Depth);
+      if (R.PayloadBytes >= 0)
+        std::printf(",\"payload_bytes\":%ld", R.PayloadBytes);
+      std::printf("}");
+    }
+    std::printf("\n]\n");
+    return;
+  }
+  auto Opt = [](long V) { return V < 0 ? std::string() : std::to_string(V); };
+  if (F == Format::Csv) {
+    std::printf("bench,mode,metric,value,unit,transport,servers,depth,"
+                "payload_bytes\n");
+    for (const Record &R : Rs)
+      std::printf("%s,%s,%s,%s,%s,%s,%s,%s,%s\n", R.Bench.c_str(),
+                  R.Mode.c_str(), R.Metric.c_str(), number(R.Value).c_str(),
+                  R.Unit.c_str(), R.Transport.c_str(), Opt(R.Servers).c_str(),
+                  Opt(R.Depth).c_str(), Opt(R.PayloadBytes).c_str());
+    return;
+  }
+  std::printf("%-6s %-12s %-17s %14s %-9s %-5s %7s %6s %8s\n", "bench", "mode",
+              "metric", "value", "unit", "tr", "servers", "depth", "payload");
+  for (const Record &R : Rs)
+    std::printf("%-6s %-12s %-17s %14s %-9s %-5s %7s %6s %8s\n",
+                R.Bench.c_str(), R.Mode.c_str(), R.Metric.c_str(),
+                number(R.Value).c_str(), R.Unit.c_str(), R.Transport.c_str(),
+                Opt(R.Servers).c_str(), Opt(R.Depth).c_str(),
+                Opt(R.PayloadBytes).c_str());
+}
+
+//--- Errors, signals, time ---------------------------------------------===//
+
+void die(const std::string &Msg) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "tc-bench: error: %s\n", Msg.c_str());
+  stopAllServers();
+  std::exit(1);
+}
+
+void note(const std::string &Msg) {
+  if (!Quiet)
+    std::fprintf(stderr, "tc-bench: %s\n", Msg.c_str());
+}
+
+extern "C" void benchOnSignal(int) { Interrupted = true; }
+
+void installSignalHandlers() {
+  struct sigaction SA {};
+  SA.sa_handler = benchOnSignal;
+  sigemptyset(&SA.sa_mask);
+  sigaction(SIGINT, &SA, nullptr);
+  sigaction(SIGTERM, &SA, nullptr);
+  // A server that dies must not kill us through a broken pipe.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+double secondsSince(Clock::time_point T0) {
+  return std::chrono::duration<double>(Clock::now() - T0).count();
+}
+
+void waitFor(tc_worker_h W, const std::function<bool()> &Done,
+             const std::string &What, double TimeoutS) {
+  auto T0 = Clock::now();
+  for (unsigned I = 0; !Done(); ++I) {
+    tc_worker_progress(W);
+    if ((I & 1023) == 1023) {
+      if (Interrupted)
+        die("interrupted");
+      if (secondsSince(T0) > TimeoutS)
+        die("timed out after " + number(TimeoutS) + " s waiting for " + What);
+    }
+  }
+}
+
+double median(std::vector<double> &V) {
+  if (V.empty())
+    return 0;
+  std::sort(V.begin(), V.end());
+  size_t M = V.size() / 2;
+  return V.size() % 2 ? V[M] : (V[M - 1] + V[M]) / 2;
+}
+
+uint64_t parseCount(const std::string &Flag, const std::string &V) {
+  if (V.empty() || V.find_first_not_of("0123456789") != std::string::npos ||
+      V.size() > 19)
+    die("bad value '" + V + "' for " + Flag + " (expected a number)");
+  return std::strtoull(V.c_str(), nullptr, 10);
+}
+
+std::vector<uint64_t> parseList(const std::string &Flag,
+                                const std::string &V) {
+  std::vector<uint64_t> Out;
+  size_t Pos = 0;
+  while (Pos <= V.size()) {
+    size_t Comma = V.find(',', Pos);
+    if (Comma == std::string::npos)
+      Comma = V.size();
+    Out.push_back(parseCount(Flag, V.substr(Pos, Comma - Pos)));
+    Pos = Comma + 1;
+  }
+  return Out;
+}
+
+uint64_t fnv1a(const void *P, size_t N) {
+  uint64_t H = 0xcbf29ce484222325ULL;
+  for (size_t I = 0; I < N; ++I) {
+    H ^= static_cast<const unsigned char *>(P)[I];
+    H *= 0x100000001b3ULL;
+  }
+  return H;
+}
+
+//--- Processes ---------------------------------------------------------===//
+
+std::string selfPath() {
+  char Buf[PATH_MAX];
+  ssize_t N = readlink("/proc/self/exe", Buf, sizeof Buf - 1);
+  if (N <= 0)
+    die("cannot find this executable: readlink /proc/self/exe failed");
+  return std::string(Buf, N);
+}
+
+std::string defaultIfuncPath() {
+  if (const char *E = std::getenv("TC_IFUNC_PATH"))
+    return E;
+  std::string Self = selfPath();
+  std::string Dir = Self.substr(0, Self.rfind('/')); // .../bin
+  return Dir.substr(0, Dir.rfind('/')) + "/ifuncs";
+}
+
+Child startServer(const std::vector<std::string> &Argv,
+                  const std::string &Netns, const std::string &Name) {
+  std::vector<std::string> Full;
+  if (!Netns.empty())
+    Full = {"ip", "netns", "exec", Netns};
+  Full.insert(Full.end(), Argv.begin(), Argv.end());
+  int Pipe[2];
+  if (pipe2(Pipe, O_CLOEXEC) != 0)
+    die(std::string("pipe: ") + std::strerror(errno));
+  pid_t Parent = getpid();
+  pid_t Pid = fork();
+  if (Pid < 0)
+    die(std::string("fork: ") + std::strerror(errno));
+  if (Pid == 0) {
+    // The server ends with us even if we are killed without a chance to
+    // clean up.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != Parent)
+      _exit(1);
+    dup2(Pipe[1], STDOUT_FILENO);
+    std::vector<char *> A;
+    for (const std::string &S : Full)
+      A.push_back(const_cast<char *>(S.c_str()));
+    A.push_back(nullptr);
+    execvp(A[0], A.data());
+    std::fprintf(stderr, "tc-bench: error: cannot run %s: %s\n", A[0],
+                 std::strerror(errno));
+    _exit(127);
+  }
+  close(Pipe[1]);
+  RunningPids.push_back(Pid);
+  Child C;
+  C.Pid = Pid;
+  C.Out = Pipe[0];
+  C.Name = Name;
+  static const std::regex Ready("listening on (\\S+):(\\d+)");
+  static const std::regex Address("worker address ([0-9a-f]+)");
+  std::string Buf;
+  auto T0 = Clock::now();
+  while (true) {
+    size_t NL;
+    while ((NL = Buf.find('\n')) != std::string::npos) {
+      std::string Line = Buf.substr(0, NL);
+      Buf.erase(0, NL + 1);
+      std::smatch M;
+      if (std::regex_search(Line, M, Address))
+        C.Address = M[1];
+      if (std::regex_search(Line, M, Ready)) {
+        C.Host = M[1];
+        C.Port = static_cast<uint16_t>(std::stoul(M[2]));
+        return C;
+      }
+    }
+    if (Interrupted)
+      die("interrupted");
+    double Left = 60 - secondsSince(T0);
+    if (Left <= 0)
+      die(Name + " did not say 'listening on' within 60 s");
+    pollfd P{C.Out, POLLIN, 0};
+    int RC = poll(&P, 1, static_cast<int>(std::min(Left, 0.5) * 1000) + 1);
+    if (RC < 0 && errno != EINTR)
+      die(std::string("poll: ") + std::strerror(errno));
+    if (RC <= 0)
+      continue;
+    char Chunk[4096];
+    ssize_t N = read(C.Out, Chunk, sizeof Chunk);
+    if (N <= 0) {
+      int Status = 0;
+      waitpid(Pid, &Status, 0);
+      RunningPids.erase(
+          std::remove(RunningPids.begin(), RunningPids.end(), Pid),
+          RunningPids.end());
+      die(Name + " exited before it was ready (status " +
+          std::to_string(WIFEXITED(Status) ? WEXITSTATUS(Status)
+                                           : 128 + WTERMSIG(Status)) +
+          ")" + (Buf.empty() ? "" : ": " + Buf));
+    }
+    Buf.append(Chunk, N);
+  }
+}
+
+static void endPid(pid_t Pid) {
+  kill(Pid, SIGTERM);
+  auto T0 = Clock::now();
+  int Status;
+  while (waitpid(Pid, &Status, WNOHANG) == 0) {
+    if (secondsSince(T0) > 5) {
+      kill(Pid, SIGKILL);
+      waitpid(Pid, &Status, 0);
+      break;
+    }
+    usleep(1000); // Polling for an exit; not a synchronisation point.
+  }
+}
+
+void stopServer(Child &C) {
+  if (C.Pid <= 0)
+    return;
+  endPid(C.Pid);
+  RunningPids.erase(std::remove(RunningPids.begin(), RunningPids.end(), C.Pid),
+                    RunningPids.end());
+  if (C.Out >= 0)
+    close(C.Out);
+  C.Pid = -1;
+  C.Out = -1;
+}
+
+void stopAllServers() {
+  std::vector<pid_t> Pids;
+  Pids.swap(RunningPids);
+  for (pid_t P : Pids)
+    endPid(P);
+}
+
+//--- Transport and client workers --------------------------------------===//
+
+void selectTransport(const std::string &Transport, bool Loopback) {
+  // Client-server connections in UCX 1.13 need a sockaddr-capable transport
+  // (tcp) for the wire-up even when the data moves over shared memory.
+  if (Transport == "shm") {
+    ConnectByAddress = true;
+    setenv("UCX_TLS", "posix,self", 0);
+  } else if (Transport == "tcp") {
+    setenv("UCX_TLS", "tcp", 0);
+    if (Loopback)
+      setenv("UCX_NET_DEVICES", "lo", 0);
+  } else {
+    die("bad --transport '" + Transport + "' (expected shm or tcp)");
+  }
+}
+
+extern "C" void benchClientStats(void *Payload, size_t Size, void *Args) {
+  auto *C = static_cast<ClientWorker *>(Args);
+  if (Size != sizeof(ServerStats))
+    return;
+  std::memcpy(&C->Stats, Payload, sizeof(ServerStats));
+  C->HaveStats = true;
+}
+
+ClientWorker::~ClientWorker() {
+  if (W)
+    tc_worker_destroy(W);
+  if (Ctx)
+    tc_context_destroy(Ctx);
+}
+
+void makeClient(ClientWorker &C, const std::string &IfuncPath,
+                bool ShipAlways) {
+  tc_context_params_t CP{};
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH |
+                  TC_CONTEXT_PARAM_FIELD_SHIP_CODE;
+  CP.ifunc_path = IfuncPath.c_str();
+  CP.ship_code = ShipAlways ? TC_SHIP_CODE_ALWAYS : TC_SHIP_CODE_ONCE;
+  if (tc_context_create(&CP, &C.Ctx) != TC_OK)
+    die("cannot create a tc context");
+  tc_worker_params_t WP{};
+  WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+  WP.target_args = &C.Counter;
+  if (tc_worker_create(C.Ctx, &WP, &C.W) != TC_OK)
+    die("cannot create a tc worker");
+  if (tc_worker_register_local(C.W, "tsi", tsi_main) != TC_OK ||
+      tc_worker_register_local(C.W, "bench.stats", benchClientStats) !=
+          TC_OK ||
+      tc_worker_set_target_args(C.W, "bench.stats", &C) != TC_OK)
+    die("cannot register the client's local functions");
+}
+
+std::string connectString(const Child &S) {
+  if (ConnectByAddress && !S.Address.empty())
+    return "@" + S.Address;
+  return S.Host + ":" + std::to_string(S.Port);
+}
+
+tc_status_t connectString(tc_worker_h W, const std::string &To,
+                          tc_ep_h *Ep) {
+  if (!To.empty() && To[0] == '@') {
+    std::string Bytes;
+    for (size_t I = 1; I + 1 < To.size(); I += 2)
+      Bytes += static_cast<char>(std::stoi(To.substr(I, 2), nullptr, 16));
+    return tc_ep_connect_address(W, Bytes.data(), Bytes.size(), Ep);
+  }
+  size_t Colon = To.rfind(':');
+  if (Colon == std::string::npos)
+    return TC_ERR_INVALID_PARAM;
+  return tc_ep_connect(W, To.substr(0, Colon).c_str(),
+                       static_cast<uint16_t>(std::stoul(To.substr(Colon + 1))),
+                       Ep);
+}
+
+tc_ep_h connectTo(ClientWorker &C, const Child &S) {
+  tc_ep_h Ep = nullptr;
+  if (connectString(C.W, connectString(S), &Ep) != TC_OK)
+    die("cannot connect to " + S.Name + " at " + S.Host + ":" +
+        std::to_string(S.Port));
+  flush(C, Ep);
+  return Ep;
+}
+
+tc_ifunc_h registerIfunc(ClientWorker &C, const char *Name) {
+  tc_ifunc_h F = nullptr;
+  if (tc_ifunc_register(C.W, Name, &F) != TC_OK)
+    die(std::string("cannot register ifunc '") + Name +
+        "' (build the examples, or set --ifunc-path)");
+  return F;
+}
+
+void flush(ClientWorker &C, tc_ep_h Ep) {
+  struct Done {
+    bool Yes = false;
+    tc_status_t S = TC_OK;
+  } D;
+  tc_status_t S = tc_ep_flush_nb(
+      Ep,
+      [](void *A, tc_status_t S) {
+        static_cast<Done *>(A)->Yes = true;
+        static_cast<Done *>(A)->S = S;
+      },
+      &D);
+  if (S != TC_INPROGRESS)
+    die(std::string("flush failed: ") + tc_status_string(S));
+  waitFor(C.W, [&] { return D.Yes; }, "a server to finish its messages");
+  if (D.S != TC_OK)
+    die(std::string("flush failed: ") + tc_status_string(D.S));
+}
+
+void control(ClientWorker &C, tc_ep_h Ep, const char *Name, const void *P,
+             size_t N) {
+  tc_status_t S = tc_ep_send_local(Ep, Name, P, N, nullptr, nullptr);
+  if (S != TC_INPROGRESS)
+    die(std::string("cannot send ") + Name + ": " + tc_status_string(S));
+  flush(C, Ep);
+}
+
+ServerStats queryStats(ClientWorker &C, tc_ep_h Ep) {
+  C.HaveStats = false;
+  control(C, Ep, "bench.stats", nullptr, 0);
+  waitFor(C.W, [&] { return C.HaveStats; }, "server statistics");
+  return C.Stats;
+}
+
+} // namespace bench
+
+using namespace bench;
+
+static const char *const Usage =
+    R"(USAGE: tc-bench SCENARIO [options]
+
+Reproduces the Three-Chains and Two-Chains evaluations on this machine,
+side by side with UCX active messages. Starts (and stops) its own server
+processes, verifies every result, then prints a table, JSON or CSV.
+
+SCENARIOS:
+  tsi     target-side increment: latency and message rate for the modes
+          am (local function, only an id travels), cached (ifunc, code
+          already at the target), uncached (every message carries the
+          archive), object (native member), ucx_perftest (UCX's own AM),
+          and first contact (jit, object, disk-cache)
+  dapc    distributed pointer chase: dapc (ifunc forwards itself), am
+          (the same walk linked into the servers), gbpc (client does one
+          UCX GET per hop, tc-gbpc); rate over depth and server count
+  sss     server-side sum over payload sizes: injected vs local
+  iput    indirect put over payload sizes: injected vs local
+  serve   a benchmark server (tc-bench starts these itself)
+
+COMMON OPTIONS:
+  --transport shm|tcp  UCX shared memory (default) or TCP
+  --quick              Small sizes: every scenario in under 30 s
+  --json | --csv       Machine-readable output (for scripts/plot.py)
+  --ifunc-path DIR     Where the example archives are (default: ../ifuncs
+                       next to this binary, or $TC_IFUNC_PATH)
+  --quiet              No progress lines on stderr
+  --help, --version
+
+Run `tc-bench SCENARIO --help` for a scenario's own options.
+)";
+
+int main(int Argc, char **Argv) {
+  installSignalHandlers();
+  if (Argc < 2) {
+    std::fprintf(stderr, "tc-bench: error: missing scenario (try --help)\n");
+    return 1;
+  }
+  std::string Scenario = Argv[1];
+  if (Scenario == "--help" || Scenario == "-h") {
+    std::fputs(Usage, stdout);
+    return 0;
+  }
+  if (Scenario == "--version") {
+    std::printf("tc-bench (tc) 0.1.0\n");
+    return 0;
+  }
+  if (Scenario == "serve")
+    return runServer(Argc - 1, Argv + 1);
+  if (Scenario != "tsi" && Scenario != "dapc" && Scenario != "sss" &&
+      Scenario != "iput")
+    die("unknown scenario '" + Scenario + "' (try --help)");
+
+  CommonOptions O;
+  std::vector<std::string> Rest;
+  for (int I = 2; I < Argc; ++I) {
+    std::string A = Argv[I];
+    auto Value = [&](const std::string &Flag) {
+      if (I + 1 >= Argc)
+        die("missing value after " + Flag);
+      return std::string(Argv[++I]);
+    };
+    if (A == "--transport")
+      O.Transport = Value(A);
+    else if (A.rfind("--transport=", 0) == 0)
+      O.Transport = A.substr(12);
+    else if (A == "--quick")
+      O.Quick = true;
+    else if (A == "--json")
+      O.Fmt = Format::Json;
+    else if (A == "--csv")
+      O.Fmt = Format::Csv;
+    else if (A == "--quiet")
+      Quiet = true;
+    else if (A == "--ifunc-path")
+      O.IfuncPath = Value(A);
+    else if (A == "--hosts")
+      O.HostsFile = Value(A);
+    else
+      Rest.push_back(A);
+  }
+  if (O.Transport != "shm" && O.Transport != "tcp")
+    die("bad --transport '" + O.Transport + "' (expected shm or tcp)");
+  if (O.IfuncPath.empty())
+    O.IfuncPath = defaultIfuncPath();
+  int RC;
+  if (Scenario == "tsi")
+    RC = runTsi(O, Rest);
+  else if (Scenario == "dapc")
+    RC = runDapc(O, Rest);
+  else
+    RC = runSweep(Scenario, O, Rest);
+  stopAllServers();
+  return RC;
+}

@@ -1,0 +1,187 @@
+//===- Bench.h - Shared pieces of tc-bench -----------------------*- C++ -*-===//
+//
+// tc-bench is one binary with a client per scenario (tsi, dapc, sss, iput)
+// and a server role (`tc-bench serve`) the clients start as processes. This
+// header holds what both sides and the scenario files share: results,
+// process control, waiting with deadlines, the control messages a client
+// sends its servers, and the server statistics they answer with.
+//
+// Everything is written against libtc's public C API, as a user would.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_EXAMPLES_BENCH_BENCH_H
+#define TC_EXAMPLES_BENCH_BENCH_H
+
+#include "tc/tc.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace bench {
+
+//--- Results -----------------------------------------------------------===//
+
+/// One figure: the JSON/CSV record the plotting script reads.
+struct Record {
+  std::string Bench, Mode, Metric;
+  double Value = 0;
+  std::string Unit;
+  std::string Transport; ///< shm | tcp | "" (not applicable)
+  long Servers = -1, Depth = -1, PayloadBytes = -1; ///< -1: not applicable
+};
+
+enum class Format { Table, Json, Csv };
+
+void printRecords(const std::vector<Record> &Rs, Format F);
+
+//--- Errors, signals, time ---------------------------------------------===//
+
+/// Prints `tc-bench: error: MSG`, stops every server this process started,
+/// and exits 1.
+[[noreturn]] void die(const std::string &Msg);
+/// A line on stderr when progress is worth showing (not with --quiet).
+void note(const std::string &Msg);
+extern bool Quiet;
+
+/// Set by SIGINT/SIGTERM; every wait loop checks it and dies cleanly.
+extern std::atomic<bool> Interrupted;
+void installSignalHandlers();
+
+using Clock = std::chrono::steady_clock;
+double secondsSince(Clock::time_point T0);
+
+/// Progresses \p W until \p Done() or \p TimeoutS seconds pass (then dies
+/// saying \p What). Busy-polls, as latency measurements need.
+void waitFor(tc_worker_h W, const std::function<bool()> &Done,
+             const std::string &What, double TimeoutS = 60);
+
+//--- Processes ---------------------------------------------------------===//
+
+/// A server process this process started (ended by PID when we exit).
+struct Child {
+  pid_t Pid = -1;
+  std::string Host;
+  uint16_t Port = 0;
+  std::string Address; ///< Its UCX worker address, hex (tc-bench serve).
+  std::string Name; ///< For messages.
+  int Out = -1;     ///< Its stdout, read until "listening on".
+};
+
+/// Starts \p Argv (inside network namespace \p Netns when not empty) and
+/// waits up to 60 s for a line containing `listening on HOST:PORT`.
+Child startServer(const std::vector<std::string> &Argv,
+                  const std::string &Netns, const std::string &Name);
+/// SIGTERM, wait (SIGKILL after 5 s), forget.
+void stopServer(Child &C);
+void stopAllServers();
+
+/// This executable's path (to start `tc-bench serve`).
+std::string selfPath();
+/// The directory of the example archives: --ifunc-path, $TC_IFUNC_PATH,
+/// else build/ifuncs next to this binary's bin/.
+std::string defaultIfuncPath();
+
+//--- Control messages (local functions on the servers) -----------------===//
+
+/// bench.pong: after each benchmark message, answer the sender with one TSI
+/// (mode 1: a local invoke, mode 2: the TSI ifunc) or not (0).
+enum PongMode : uint32_t { PongOff = 0, PongLocal = 1, PongIfunc = 2 };
+
+/// What bench.stats answers (as a bench.stats local invoke).
+struct ServerStats {
+  tc_worker_stats_t Worker;
+  uint64_t Tsi;          ///< TSI counter (tsi, fca, fcb ifuncs and local)
+  uint64_t SssCount, SssSum;
+  uint64_t IputCount, IputRejected, IputHash; ///< hash of the buffer
+  uint64_t DapcHops;
+};
+
+/// bench.dapc: the shard to build and the peers to connect to. Followed by
+/// the ':'-free, ','-separated list of every server's HOST:PORT.
+struct DapcSetup {
+  uint64_t Entries, Seed;
+  uint32_t Servers, Self;
+};
+
+/// FNV-1a over a buffer (the iput check).
+uint64_t fnv1a(const void *P, size_t N);
+
+//--- Options shared by the scenarios -----------------------------------===//
+
+struct CommonOptions {
+  std::string Transport = "shm";
+  bool Quick = false;
+  Format Fmt = Format::Table;
+  std::string IfuncPath;
+  std::string HostsFile;
+};
+
+/// Sets UCX_TLS (and UCX_NET_DEVICES for loopback TCP) for \p Transport
+/// in this process and the servers it starts, unless the user set them.
+/// Over shared memory, tc-bench connects by worker address (exchanged
+/// through the servers' stdout, as ucx_perftest exchanges them through its
+/// own socket), so UCX needs no TCP transport: with tcp in UCX_TLS every
+/// progress call also polls the TCP interface, which costs microseconds
+/// (ucx_perftest's own AM latency here: 0.6 us without, 3.4 us with).
+void selectTransport(const std::string &Transport, bool Loopback);
+/// True when clients and servers connect by worker address.
+extern bool ConnectByAddress;
+/// How a server is named in a bench.dapc setup: HOST:PORT or @HEXADDRESS.
+std::string connectString(const Child &S);
+/// Connects \p W to a connectString().
+tc_status_t connectString(tc_worker_h W, const std::string &To, tc_ep_h *Ep);
+
+/// A client's worker: connects, receives pongs/results/stats.
+struct ClientWorker {
+  tc_context_h Ctx = nullptr;
+  tc_worker_h W = nullptr;
+  uint64_t Counter = 0; ///< Pongs received (TSI target_args).
+  ServerStats Stats{};
+  bool HaveStats = false;
+  ~ClientWorker();
+};
+
+/// Creates a client worker; \p ShipAlways attaches the archive to every
+/// message (the "uncached" mode).
+void makeClient(ClientWorker &C, const std::string &IfuncPath,
+                bool ShipAlways);
+tc_ep_h connectTo(ClientWorker &C, const Child &S);
+tc_ifunc_h registerIfunc(ClientWorker &C, const char *Name);
+/// Sends a control message and waits until the server processed it.
+void control(ClientWorker &C, tc_ep_h Ep, const char *Name, const void *P,
+             size_t N);
+ServerStats queryStats(ClientWorker &C, tc_ep_h Ep);
+void flush(ClientWorker &C, tc_ep_h Ep);
+
+//--- Scenarios ---------------------------------------------------------===//
+
+int runServer(int Argc, char **Argv);
+int runTsi(const CommonOptions &O, const std::vector<std::string> &Args);
+int runDapc(const CommonOptions &O, const std::vector<std::string> &Args);
+int runSweep(const std::string &Which, const CommonOptions &O,
+             const std::vector<std::string> &Args);
+
+/// Median of \p V (sorted in place).
+double median(std::vector<double> &V);
+/// Parses a non-negative integer, or dies naming \p Flag.
+uint64_t parseCount(const std::string &Flag, const std::string &V);
+std::vector<uint64_t> parseList(const std::string &Flag, const std::string &V);
+
+} // namespace bench
+
+extern "C" {
+// The example ifuncs, compiled natively into tc-bench: the "local" (active
+// message) baseline runs exactly the code the ifuncs ship.
+void tsi_main(void *payload, size_t payload_size, void *target_args);
+void sss_main(void *payload, size_t payload_size, void *target_args);
+void iput_main(void *payload, size_t payload_size, void *target_args);
+void dapc_result_main(void *payload, size_t payload_size, void *target_args);
+}
+
+#endif // TC_EXAMPLES_BENCH_BENCH_H

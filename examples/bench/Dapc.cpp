@@ -1,0 +1,389 @@
+//===- Dapc.cpp - `tc-bench dapc`: distributed pointer chasing ------------===//
+//
+// Three-Chains §V (Figs. 9-12): chase rate over depth and server count for
+//  - dapc: the chaser ifunc walks the server's shard and forwards itself to
+//    the owner of the next entry; the last server injects dapc_result into
+//    the client;
+//  - am: the same walk linked into the servers, forwarded as local invokes
+//    (UCX active messages carrying an id and the payload);
+//  - gbpc: the client chases with one UCX GET per hop (tc-gbpc, raw UCX).
+// Chases run one at a time; every end value is checked against the
+// closed-form reference (examples/dapc/dapc_table.h) and the servers' hop
+// counters must add up, before a rate is reported.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bench.h"
+
+#include "dapc_chase.h"
+#include "dapc_table.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace bench {
+namespace {
+
+struct Host {
+  std::string Netns, Addr; ///< start a server in Netns at Addr:0
+  std::string Running;     ///< or: a tc-bench serve already at HOST:PORT
+  std::string Gbpc;        ///< a tc-gbpc serve already at HOST:PORT
+};
+
+std::vector<Host> readHosts(const std::string &Path) {
+  std::ifstream In(Path);
+  if (!In)
+    die("cannot read hosts file '" + Path + "'");
+  std::vector<Host> Out;
+  std::string Line;
+  unsigned N = 0;
+  std::vector<std::string> Gbpc;
+  while (std::getline(In, Line)) {
+    ++N;
+    std::istringstream S(Line);
+    std::string Kind, A, B;
+    if (!(S >> Kind) || Kind[0] == '#')
+      continue;
+    S >> A >> B;
+    std::string Where = Path + ":" + std::to_string(N) + ": ";
+    if (Kind == "client") {
+      if (A.empty())
+        die(Where + "'client' needs an address");
+    } else if (Kind == "netns") {
+      if (A.empty() || B.empty())
+        die(Where + "expected 'netns NAME ADDR'");
+      Out.push_back({A, B, "", ""});
+    } else if (Kind == "server") {
+      if (A.find(':') == std::string::npos)
+        die(Where + "expected 'server HOST:PORT'");
+      Out.push_back({"", "", A, ""});
+    } else if (Kind == "gbpc") {
+      if (A.find(':') == std::string::npos)
+        die(Where + "expected 'gbpc HOST:PORT'");
+      Gbpc.push_back(A);
+    } else {
+      die(Where + "unknown line kind '" + Kind +
+          "' (expected client, netns, server or gbpc)");
+    }
+  }
+  for (size_t I = 0; I < Gbpc.size() && I < Out.size(); ++I)
+    Out[I].Gbpc = Gbpc[I];
+  if (Out.empty())
+    die("hosts file '" + Path + "' lists no servers");
+  return Out;
+}
+
+Child parseAddress(const std::string &HostPort, const std::string &Name) {
+  Child C;
+  size_t Colon = HostPort.rfind(':');
+  C.Host = HostPort.substr(0, Colon);
+  C.Port = static_cast<uint16_t>(
+      parseCount("server address", HostPort.substr(Colon + 1)));
+  C.Name = Name;
+  return C;
+}
+
+struct Params {
+  std::vector<uint64_t> Servers, Depths;
+  uint64_t Entries, Count, Seed = DAPC_DEFAULT_SEED;
+  bool Dapc = true, Am = true, Gbpc = true;
+};
+
+std::string gbpcPath() {
+  std::string Self = selfPath();
+  return Self.substr(0, Self.rfind('/')) + "/tc-gbpc";
+}
+
+/// One (mode, depth) point over tc: returns chases per second.
+double chaseTc(ClientWorker &C, dapc_client_t &DC,
+               const std::vector<tc_ep_h> &Eps, tc_msg_h Msg, bool Local,
+               const Params &P, uint64_t Depth, const std::string &What) {
+  dapc_perm_t Perm;
+  dapc_perm_init(&Perm, P.Entries, P.Seed);
+  uint32_t S = static_cast<uint32_t>(Eps.size());
+  auto One = [&](uint64_t K) {
+    dapc_args_t A{dapc_mix64(K + 1) % P.Entries, Depth, K};
+    tc_ep_h To = Eps[dapc_owner(P.Entries, S, A.addr)];
+    uint64_t Want = DC.done + 1;
+    tc_status_t St;
+    if (Local) {
+      St = tc_ep_send_local(To, "dapc", &A, sizeof A, nullptr, nullptr);
+    } else {
+      std::memcpy(tc_msg_payload(Msg, nullptr), &A, sizeof A);
+      St = tc_msg_send(To, Msg, nullptr, nullptr);
+    }
+    if (St != TC_INPROGRESS)
+      die(What + ": send failed: " + tc_status_string(St));
+    waitFor(C.W, [&] { return DC.done >= Want; }, What + " to end", 120);
+    uint64_t Ref = dapc_chase_ref(&Perm, dapc_mix64(K + 1) % P.Entries, Depth);
+    if (DC.ends[K] != Ref)
+      die(What + ": chase " + std::to_string(K) + " ended at " +
+          std::to_string(DC.ends[K]) + ", expected " + std::to_string(Ref));
+  };
+  One(0); // Warm-up: first contact on every server pair, untimed.
+  Clock::time_point T0 = Clock::now();
+  for (uint64_t K = 1; K <= P.Count; ++K)
+    One(K);
+  return static_cast<double>(P.Count) / secondsSince(T0);
+}
+
+/// One GBPC point by running tc-gbpc chase; returns chases per second.
+double chaseGbpc(const std::vector<Child> &Servers, const Params &P,
+                 uint64_t Depth) {
+  std::string List;
+  for (const Child &C : Servers)
+    List += (List.empty() ? "" : ",") + C.Host + ":" + std::to_string(C.Port);
+  std::string Cmd = "'" + gbpcPath() + "' chase --servers " + List +
+                    " --entries " + std::to_string(P.Entries) + " --seed " +
+                    std::to_string(P.Seed) + " --depth " +
+                    std::to_string(Depth) + " --count " +
+                    std::to_string(P.Count) + " --json";
+  FILE *F = popen(Cmd.c_str(), "r");
+  if (!F)
+    die("cannot run tc-gbpc");
+  std::string Out;
+  char Buf[4096];
+  size_t N;
+  while ((N = std::fread(Buf, 1, sizeof Buf, F)) > 0)
+    Out.append(Buf, N);
+  int RC = pclose(F);
+  if (RC != 0)
+    die("tc-gbpc chase failed (it verifies every chase; see its error)");
+  static const std::regex Rate(
+      "\"metric\"\\s*:\\s*\"rate_chases\"\\s*,\\s*\"value\"\\s*:\\s*"
+      "([0-9.eE+-]+)");
+  std::smatch M;
+  if (!std::regex_search(Out, M, Rate))
+    die("cannot read tc-gbpc's output: " + Out);
+  return std::stod(M[1]);
+}
+
+const char *const DapcUsage = R"(USAGE: tc-bench dapc [options]
+
+Distributed pointer chasing (Three-Chains Figs. 9-12): chases per second for
+dapc (ifunc), am (linked-in function) and gbpc (UCX GET per hop), over chase
+depth and server count. Every chase end is verified.
+
+OPTIONS:
+  --servers LIST   Server counts, e.g. 1,2,4 (default 1,2,3,4; --quick 2)
+  --depths LIST    Chase depths (default 1,4,16,...,4096; --quick 1,64,4096)
+  --entries N      Table entries (default 16777216; --quick 65536; the
+                   paper used 67108864)
+  --count N        Timed chases per point (default 100; --quick 10)
+  --seed N         Table seed
+  --modes LIST     Any of dapc,am,gbpc (default all three)
+  --hosts FILE     Servers elsewhere: lines 'netns NAME ADDR' (started by
+                   tc-bench inside that network namespace, see
+                   scripts/netns.sh), 'server HOST:PORT' (a running
+                   tc-bench serve), 'gbpc HOST:PORT' (a running tc-gbpc
+                   serve), 'client ADDR'
+)";
+
+} // namespace
+
+int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
+  Params P;
+  P.Servers = O.Quick ? std::vector<uint64_t>{2}
+                      : std::vector<uint64_t>{1, 2, 3, 4};
+  P.Depths = O.Quick ? std::vector<uint64_t>{1, 64, 4096}
+                     : std::vector<uint64_t>{1, 4, 16, 64, 256, 1024, 4096};
+  P.Entries = O.Quick ? 65536 : 16777216;
+  P.Count = O.Quick ? 10 : 100;
+  for (size_t I = 0; I < Args.size(); ++I) {
+    const std::string &A = Args[I];
+    auto Value = [&]() {
+      if (I + 1 >= Args.size())
+        die("missing value after " + A);
+      return Args[++I];
+    };
+    if (A == "--help") {
+      std::fputs(DapcUsage, stdout);
+      return 0;
+    }
+    if (A == "--servers") {
+      P.Servers = parseList(A, Value());
+    } else if (A == "--depths") {
+      P.Depths = parseList(A, Value());
+    } else if (A == "--entries") {
+      P.Entries = parseCount(A, Value());
+    } else if (A == "--count") {
+      P.Count = parseCount(A, Value());
+    } else if (A == "--seed") {
+      P.Seed = parseCount(A, Value());
+    } else if (A == "--modes") {
+      P.Dapc = P.Am = P.Gbpc = false;
+      std::string L = Value();
+      std::stringstream SS(L);
+      std::string M;
+      while (std::getline(SS, M, ',')) {
+        if (M == "dapc")
+          P.Dapc = true;
+        else if (M == "am")
+          P.Am = true;
+        else if (M == "gbpc")
+          P.Gbpc = true;
+        else
+          die("bad mode '" + M + "' in --modes (expected dapc, am, gbpc)");
+      }
+    } else {
+      die("dapc: unknown argument '" + A + "' (try tc-bench dapc --help)");
+    }
+  }
+  if (P.Entries < 2)
+    die("--entries must be at least 2");
+  if (!P.Count)
+    die("--count must be at least 1");
+  for (uint64_t S : P.Servers)
+    if (S == 0 || S > 64 || S > P.Entries)
+      die("bad server count " + std::to_string(S));
+  for (uint64_t D : P.Depths)
+    if (D == 0)
+      die("chase depths must be at least 1");
+
+  std::vector<Host> Hosts;
+  if (!O.HostsFile.empty())
+    Hosts = readHosts(O.HostsFile);
+  selectTransport(O.Transport, /*Loopback=*/Hosts.empty());
+  if (P.Gbpc && access(gbpcPath().c_str(), X_OK) != 0)
+    die("tc-gbpc not found next to tc-bench (" + gbpcPath() +
+        "); build it, or leave gbpc out of --modes");
+  long Cores = sysconf(_SC_NPROCESSORS_ONLN);
+  std::string Self = selfPath();
+  std::vector<Record> Out;
+
+  for (uint64_t NS : P.Servers) {
+    uint32_t S = static_cast<uint32_t>(NS);
+    if (!Hosts.empty() && S > Hosts.size())
+      die("--servers " + std::to_string(S) + " but the hosts file lists " +
+          std::to_string(Hosts.size()));
+    // More processes than cores: servers sleep when idle instead of
+    // spinning, or they would starve each other and the client.
+    bool Blocking = static_cast<long>(S) + 1 > Cores;
+    std::vector<Child> Tc, Gb;
+    for (uint32_t I = 0; I < S; ++I) {
+      const Host *H = Hosts.empty() ? nullptr : &Hosts[I];
+      std::string Name = "dapc server " + std::to_string(I);
+      if (H && !H->Running.empty()) {
+        Tc.push_back(parseAddress(H->Running, Name));
+      } else {
+        std::vector<std::string> A = {
+            Self, "serve", "--listen", (H ? H->Addr : "127.0.0.1") + ":0",
+            "--ifunc-path", O.IfuncPath};
+        if (Blocking)
+          A.push_back("--blocking");
+        Tc.push_back(startServer(A, H ? H->Netns : "", Name));
+      }
+      if (!P.Gbpc)
+        continue;
+      if (H && !H->Gbpc.empty()) {
+        Gb.push_back(parseAddress(H->Gbpc, "gbpc server"));
+      } else if (H && H->Running.empty()) {
+        Gb.push_back(startServer(
+            {gbpcPath(), "serve", "--listen", H->Addr + ":0", "--entries",
+             std::to_string(P.Entries), "--servers", std::to_string(S),
+             "--id", std::to_string(I), "--seed", std::to_string(P.Seed)},
+            H->Netns, "gbpc server " + std::to_string(I)));
+      } else if (!H) {
+        Gb.push_back(startServer(
+            {gbpcPath(), "serve", "--listen", "127.0.0.1:0", "--entries",
+             std::to_string(P.Entries), "--servers", std::to_string(S),
+             "--id", std::to_string(I), "--seed", std::to_string(P.Seed)},
+            "", "gbpc server " + std::to_string(I)));
+      }
+    }
+    if (P.Gbpc && Gb.size() != S)
+      die("the hosts file has no 'gbpc HOST:PORT' line for every server");
+
+    ClientWorker C;
+    makeClient(C, O.IfuncPath, false);
+    std::vector<uint64_t> Ends(P.Count + 1);
+    dapc_client_t DC{0, Ends.data(), Ends.size()};
+    tc_worker_register_local(C.W, "dapc_result", dapc_result_main);
+    tc_worker_set_target_args(C.W, "dapc_result", &DC);
+    std::vector<tc_ep_h> Eps;
+    std::string List;
+    for (const Child &T : Tc) {
+      Eps.push_back(connectTo(C, T));
+      List += (List.empty() ? "" : ",") + connectString(T);
+    }
+    note("dapc: " + std::to_string(S) + " server(s), building " +
+         std::to_string(P.Entries) + " entries");
+    for (uint32_t I = 0; I < S; ++I) {
+      std::string Setup(sizeof(DapcSetup), '\0');
+      DapcSetup D{P.Entries, P.Seed, S, I};
+      std::memcpy(&Setup[0], &D, sizeof D);
+      Setup += List;
+      control(C, Eps[I], "bench.dapc", Setup.data(), Setup.size());
+    }
+    tc_ifunc_h Chaser = registerIfunc(C, "dapc");
+    dapc_args_t Zero{0, 1, 0};
+    tc_msg_h Msg;
+    if (tc_msg_create(Chaser, &Zero, sizeof Zero, &Msg) != TC_OK)
+      die("cannot create a dapc message");
+
+    for (uint64_t Depth : P.Depths) {
+      auto Add = [&](const std::string &Mode, double Rate) {
+        Record R;
+        R.Bench = "dapc";
+        R.Mode = Mode;
+        R.Metric = "rate_chases";
+        R.Value = Rate;
+        R.Unit = "chases/s";
+        R.Transport = O.Transport;
+        R.Servers = S;
+        R.Depth = static_cast<long>(Depth);
+        Out.push_back(R);
+        note("dapc: servers " + std::to_string(S) + " depth " +
+             std::to_string(Depth) + " " + Mode + ": " +
+             std::to_string(static_cast<long>(Rate)) + " chases/s");
+      };
+      for (int Local = 0; Local < 2; ++Local) {
+        if (Local ? !P.Am : !P.Dapc)
+          continue;
+        std::string Mode = Local ? "am" : "dapc";
+        uint64_t Hops0 = 0, Hops1 = 0;
+        for (tc_ep_h E : Eps)
+          Hops0 += queryStats(C, E).DapcHops;
+        DC.done = 0;
+        double Rate = chaseTc(C, DC, Eps, Msg, Local, P, Depth,
+                              "dapc " + Mode);
+        for (tc_ep_h E : Eps)
+          Hops1 += queryStats(C, E).DapcHops;
+        if (Hops1 - Hops0 != (P.Count + 1) * Depth)
+          die("dapc " + Mode + ": the servers read " +
+              std::to_string(Hops1 - Hops0) + " entries, expected " +
+              std::to_string((P.Count + 1) * Depth));
+        Add(Mode, Rate);
+      }
+      if (P.Gbpc)
+        Add("gbpc", chaseGbpc(Gb, P, Depth));
+    }
+    tc_msg_free(Msg);
+    tc_ifunc_deregister(Chaser);
+    for (tc_ep_h E : Eps)
+      tc_ep_destroy(E);
+    for (Child &X : Tc)
+      stopServer(X);
+    for (Child &X : Gb)
+      stopServer(X);
+  }
+  printRecords(Out, O.Fmt);
+  if (O.Fmt == Format::Table) {
+    // The paper's headline: DAPC over GBPC at the deepest chase.
+    for (const Record &R : Out)
+      if (R.Mode == "dapc" && R.Depth == static_cast<long>(P.Depths.back()))
+        for (const Record &G : Out)
+          if (G.Mode == "gbpc" && G.Servers == R.Servers &&
+              G.Depth == R.Depth)
+            std::printf("servers %ld depth %ld: dapc/gbpc %.2f\n", R.Servers,
+                        R.Depth, R.Value / G.Value);
+  }
+  return 0;
+}
+
+} // namespace bench

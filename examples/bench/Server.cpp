@@ -1,0 +1,360 @@
+//===- Server.cpp - `tc-bench serve`: a benchmark target ------------------===//
+//
+// A target process built on libtc's C API. It runs the example ifuncs that
+// arrive, has the same functions linked in as local functions (the
+// active-message baseline), answers each benchmark message with a "pong"
+// when the client asks for ping-pong, and holds a shard of the DAPC table.
+//
+// The pong is sent from the progress loop when a benchmark counter moved,
+// the way ucx_perftest's latency test answers: the handler only records.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bench.h"
+
+#include "dapc_chase.h"
+#include "dapc_table.h"
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+extern "C" {
+typedef struct sss_target {
+  uint64_t count;
+  uint64_t sum;
+} sss_target_t;
+typedef struct iput_target {
+  uint64_t count;
+  unsigned char *base;
+  uint64_t size;
+  uint64_t rejected;
+} iput_target_t;
+}
+
+namespace bench {
+namespace {
+
+struct Server {
+  tc_worker_h W = nullptr;
+  uint64_t Tsi = 0;
+  sss_target_t Sss{};
+  iput_target_t Iput{};
+  std::vector<unsigned char> IputBuf = std::vector<unsigned char>(1 << 20);
+  dapc_server_t Dapc{};
+  std::vector<uint64_t> Shard;
+  std::vector<tc_ep_h> Peers;
+  std::vector<tc_ep_h> Accepted;
+  tc_ep_h PongTo = nullptr;
+  uint32_t Pong = PongOff;
+  uint64_t Seen = 0;
+  tc_ifunc_h TsiIfunc = nullptr, DapcIfunc = nullptr, ResultIfunc = nullptr;
+  tc_msg_h PongMsg = nullptr;
+
+  uint64_t total() const { return Tsi + Sss.count + Iput.count; }
+};
+
+Server *The = nullptr;
+
+extern "C" void benchAccept(void *Arg, tc_ep_h Ep) {
+  static_cast<Server *>(Arg)->Accepted.push_back(Ep);
+}
+
+extern "C" void benchPong(void *Payload, size_t Size, void *) {
+  uint32_t Mode = PongOff;
+  if (Size == sizeof Mode)
+    std::memcpy(&Mode, Payload, sizeof Mode);
+  The->Pong = Mode;
+  The->PongTo = tc_worker_source_ep(The->W);
+  The->Seen = The->total();
+}
+
+extern "C" void benchStats(void *, size_t, void *) {
+  ServerStats S{};
+  tc_worker_query_stats(The->W, &S.Worker);
+  S.Tsi = The->Tsi;
+  S.SssCount = The->Sss.count;
+  S.SssSum = The->Sss.sum;
+  S.IputCount = The->Iput.count;
+  S.IputRejected = The->Iput.rejected;
+  S.IputHash = fnv1a(The->IputBuf.data(), The->IputBuf.size());
+  S.DapcHops = The->Dapc.hops;
+  if (tc_ep_h Ep = tc_worker_source_ep(The->W))
+    tc_ep_send_local(Ep, "bench.stats", &S, sizeof S, nullptr, nullptr);
+}
+
+extern "C" void benchReset(void *, size_t, void *) {
+  The->Tsi = 0;
+  The->Sss = sss_target_t{};
+  The->Iput.count = The->Iput.rejected = 0;
+  std::memset(The->IputBuf.data(), 0, The->IputBuf.size());
+  The->Dapc.hops = 0;
+  The->Seen = The->total();
+}
+
+/// The DAPC chaser as a local function: the same walk as the ifunc, sent
+/// on as a local invoke.
+extern "C" void benchDapcLocal(void *Payload, size_t Size, void *Args) {
+  auto *S = static_cast<dapc_server_t *>(Args);
+  dapc_args_t A;
+  if (Size != sizeof A)
+    return;
+  std::memcpy(&A, Payload, sizeof A);
+  if (A.depth == 0 || A.addr >= S->n)
+    return;
+  if (dapc_walk(S, &A))
+    tc_ep_send_local(S->client, "dapc_result", &A, sizeof A, nullptr,
+                     nullptr);
+  else
+    tc_ep_send_local(S->peers[dapc_owner(S->n, S->servers, A.addr)], "dapc",
+                     &A, sizeof A, nullptr, nullptr);
+}
+
+/// bench.dapc: build this server's shard and connect to the others.
+extern "C" void benchDapcSetup(void *Payload, size_t Size, void *) {
+  Server &S = *The;
+  DapcSetup D;
+  if (Size < sizeof D) {
+    std::fprintf(stderr, "tc-bench serve: bad bench.dapc message\n");
+    return;
+  }
+  std::memcpy(&D, Payload, sizeof D);
+  std::string List(static_cast<const char *>(Payload) + sizeof D,
+                   Size - sizeof D);
+  std::vector<std::string> Addrs;
+  for (size_t Pos = 0; Pos < List.size();) {
+    size_t Comma = List.find(',', Pos);
+    if (Comma == std::string::npos)
+      Comma = List.size();
+    Addrs.push_back(List.substr(Pos, Comma - Pos));
+    Pos = Comma + 1;
+  }
+  if (D.Servers == 0 || D.Self >= D.Servers || Addrs.size() != D.Servers ||
+      D.Entries < 2) {
+    std::fprintf(stderr, "tc-bench serve: inconsistent bench.dapc setup\n");
+    return;
+  }
+  dapc_perm_t P;
+  dapc_perm_init(&P, D.Entries, D.Seed);
+  uint64_t Lo = dapc_shard_lo(D.Entries, D.Servers, D.Self);
+  uint64_t Hi = dapc_shard_lo(D.Entries, D.Servers, D.Self + 1);
+  S.Shard.assign(Hi - Lo, 0);
+  dapc_fill_shard(&P, Lo, Hi, S.Shard.data());
+  for (tc_ep_h E : S.Peers)
+    if (E)
+      tc_ep_destroy(E);
+  S.Peers.assign(D.Servers, nullptr);
+  for (uint32_t I = 0; I < D.Servers; ++I)
+    if (I != D.Self && connectString(S.W, Addrs[I], &S.Peers[I]) != TC_OK)
+      std::fprintf(stderr, "tc-bench serve: cannot connect to %s\n",
+                   Addrs[I].c_str());
+  dapc_server_t &X = S.Dapc;
+  X.shard = S.Shard.data();
+  X.lo = Lo;
+  X.hi = Hi;
+  X.n = D.Entries;
+  X.servers = D.Servers;
+  X.self = D.Self;
+  X.peers = S.Peers.data();
+  X.client = tc_worker_source_ep(S.W);
+  X.hops = 0;
+  // The chaser forwards itself and answers with dapc_result: register both
+  // here (same archives as the client's: same identities) with one reusable
+  // message each.
+  dapc_args_t Zero{0, 1, 0};
+  if (!S.DapcIfunc &&
+      (tc_ifunc_register(S.W, "dapc", &S.DapcIfunc) != TC_OK ||
+       tc_ifunc_register(S.W, "dapc_result", &S.ResultIfunc) != TC_OK ||
+       tc_msg_create(S.DapcIfunc, &Zero, sizeof Zero, &X.forward) != TC_OK ||
+       tc_msg_create(S.ResultIfunc, &Zero, sizeof Zero, &X.result) != TC_OK))
+    std::fprintf(stderr, "tc-bench serve: cannot set up the dapc ifuncs\n");
+}
+
+void sendPong(Server &S) {
+  static const unsigned char One = 1;
+  if (!S.PongTo)
+    return;
+  if (S.Pong == PongLocal)
+    tc_ep_send_local(S.PongTo, "tsi", &One, 1, nullptr, nullptr);
+  else if (S.Pong == PongIfunc && S.PongMsg)
+    tc_msg_send(S.PongTo, S.PongMsg, nullptr, nullptr);
+}
+
+const char *const ServeUsage =
+    R"(USAGE: tc-bench serve --listen HOST:PORT [options]
+
+A benchmark target: runs the example ifuncs (and the same functions linked
+in), answers ping-pongs, holds a DAPC shard. Started by tc-bench itself, or
+by hand on cluster nodes listed in a --hosts file.
+
+OPTIONS:
+  --listen HOST:PORT  Address to accept connections on (port 0: any)
+  --ifunc-path DIR    Where the example archives are
+  --exec MODE         auto | bitcode | object
+  --max-loaded N      Keep at most N code identities loaded
+  --cache-dir DIR     Persistent cache of compiled objects
+  --ship always       Attach the archive to every message this server sends
+  --blocking          Sleep in tc_worker_wait when idle (more processes
+                      than cores) instead of busy polling
+)";
+
+} // namespace
+
+int runServer(int Argc, char **Argv) {
+  std::string Listen, IfuncPath = defaultIfuncPath(), Exec = "auto",
+                      CacheDir, Ship = "once";
+  uint64_t MaxLoaded = 0;
+  bool Blocking = false;
+  for (int I = 1; I < Argc; ++I) {
+    std::string A = Argv[I];
+    auto Value = [&]() {
+      if (I + 1 >= Argc)
+        die("serve: missing value after " + A);
+      return std::string(Argv[++I]);
+    };
+    if (A == "--help") {
+      std::fputs(ServeUsage, stdout);
+      return 0;
+    }
+    if (A == "--listen")
+      Listen = Value();
+    else if (A == "--ifunc-path")
+      IfuncPath = Value();
+    else if (A == "--exec")
+      Exec = Value();
+    else if (A == "--max-loaded")
+      MaxLoaded = parseCount(A, Value());
+    else if (A == "--cache-dir")
+      CacheDir = Value();
+    else if (A == "--ship")
+      Ship = Value();
+    else if (A == "--blocking")
+      Blocking = true;
+    else
+      die("serve: unknown argument '" + A + "'");
+  }
+  size_t Colon = Listen.rfind(':');
+  if (Listen.empty() || Colon == std::string::npos)
+    die("serve: --listen HOST:PORT is required");
+  std::string Host = Listen.substr(0, Colon);
+  uint64_t Port = parseCount("--listen", Listen.substr(Colon + 1));
+  if (Port > 65535)
+    die("serve: bad port in --listen '" + Listen + "'");
+  if (Ship != "once" && Ship != "always")
+    die("serve: bad --ship '" + Ship + "' (expected once or always)");
+
+  tc_context_params_t CP{};
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH |
+                  TC_CONTEXT_PARAM_FIELD_EXEC_MODE |
+                  TC_CONTEXT_PARAM_FIELD_MAX_LOADED |
+                  TC_CONTEXT_PARAM_FIELD_SHIP_CODE;
+  CP.ifunc_path = IfuncPath.c_str();
+  if (Exec == "auto")
+    CP.exec_mode = TC_EXEC_AUTO;
+  else if (Exec == "bitcode")
+    CP.exec_mode = TC_EXEC_BITCODE;
+  else if (Exec == "object")
+    CP.exec_mode = TC_EXEC_OBJECT;
+  else
+    die("serve: bad --exec '" + Exec + "'");
+  CP.max_loaded = MaxLoaded;
+  CP.ship_code = Ship == "always" ? TC_SHIP_CODE_ALWAYS : TC_SHIP_CODE_ONCE;
+  if (!CacheDir.empty()) {
+    CP.field_mask |= TC_CONTEXT_PARAM_FIELD_CACHE_DIR;
+    CP.cache_dir = CacheDir.c_str();
+  }
+  tc_context_h Ctx;
+  if (tc_context_create(&CP, &Ctx) != TC_OK)
+    die("serve: cannot create a tc context");
+  auto S = std::make_unique<Server>();
+  The = S.get();
+  S->Iput.base = S->IputBuf.data();
+  S->Iput.size = S->IputBuf.size();
+  tc_worker_params_t WP{};
+  WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
+                  TC_WORKER_PARAM_FIELD_ACCEPT_CB;
+  WP.target_args = S.get();
+  WP.accept_cb = benchAccept;
+  WP.accept_arg = S.get();
+  if (tc_worker_create(Ctx, &WP, &S->W) != TC_OK)
+    die("serve: cannot create a tc worker");
+  tc_worker_h W = S->W;
+  struct {
+    const char *Name;
+    tc_local_fn_t Fn;
+    void *Args;
+  } Locals[] = {
+      {"tsi", tsi_main, &S->Tsi},
+      {"sss", sss_main, &S->Sss},
+      {"iput", iput_main, &S->Iput},
+      {"dapc", benchDapcLocal, &S->Dapc},
+      {"bench.pong", benchPong, nullptr},
+      {"bench.stats", benchStats, nullptr},
+      {"bench.reset", benchReset, nullptr},
+      {"bench.dapc", benchDapcSetup, nullptr},
+  };
+  for (const auto &L : Locals) {
+    if (tc_worker_register_local(W, L.Name, L.Fn) != TC_OK)
+      die(std::string("serve: cannot register local ") + L.Name);
+    if (L.Args)
+      tc_worker_set_target_args(W, L.Name, L.Args);
+  }
+  // The first-contact probes are TSI under other names.
+  tc_worker_set_target_args(W, "fca", &S->Tsi);
+  tc_worker_set_target_args(W, "fcb", &S->Tsi);
+  // The ifunc pong: the TSI ifunc sent back to the client.
+  static const unsigned char One = 1;
+  if (tc_ifunc_register(W, "tsi", &S->TsiIfunc) != TC_OK ||
+      tc_msg_create(S->TsiIfunc, &One, 1, &S->PongMsg) != TC_OK)
+    die("serve: cannot register the tsi ifunc from '" + IfuncPath + "'");
+
+  uint16_t Bound = 0;
+  if (tc_worker_listen(W, Host.c_str(), static_cast<uint16_t>(Port),
+                       &Bound) != TC_OK)
+    die("serve: cannot listen on " + Listen);
+  // The worker address, for clients that bootstrap by address (tc-bench
+  // does over shared memory).
+  void *Addr;
+  size_t AddrLen;
+  if (tc_worker_get_address(W, &Addr, &AddrLen) != TC_OK)
+    die("serve: cannot get the worker address");
+  std::printf("tc-bench serve: worker address ");
+  for (size_t I = 0; I < AddrLen; ++I)
+    std::printf("%02x", static_cast<unsigned char *>(Addr)[I]);
+  std::printf("\n");
+  tc_worker_release_address(W, Addr);
+  std::printf("tc-bench serve: listening on %s:%u\n", Host.c_str(), Bound);
+  std::fflush(stdout);
+
+  while (!Interrupted) {
+    int Did = tc_worker_progress(W);
+    if (S->Pong != PongOff && S->total() != S->Seen) {
+      S->Seen = S->total();
+      sendPong(*S);
+      continue;
+    }
+    if (!Did && Blocking)
+      tc_worker_wait(W, 100); // Bounded: signals are checked between waits.
+  }
+
+  if (S->PongMsg)
+    tc_msg_free(S->PongMsg);
+  if (S->Dapc.forward)
+    tc_msg_free(S->Dapc.forward);
+  if (S->Dapc.result)
+    tc_msg_free(S->Dapc.result);
+  for (tc_ep_h E : S->Peers)
+    if (E)
+      tc_ep_destroy(E);
+  for (tc_ep_h E : S->Accepted)
+    tc_ep_destroy(E);
+  for (tc_ifunc_h F : {S->TsiIfunc, S->DapcIfunc, S->ResultIfunc})
+    if (F)
+      tc_ifunc_deregister(F);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+  The = nullptr;
+  return 0;
+}
+
+} // namespace bench

@@ -1,0 +1,471 @@
+//===- Tsi.cpp - `tc-bench tsi`: latency, rate, first contact -------------===//
+//
+// Three-Chains §IV (Tables I-VI): target-side increment in every execution
+// mode against the active-message baseline, in one run:
+//  - latency: ping-pong, one message in flight; one-way = half round trip;
+//  - rate: messages sent back to back, ended by a flush (the target has run
+//    all of them), divided by the time;
+//  - frame bytes: what the client's worker put on the wire per message;
+//  - first contact: a code identity the running target does not have (it
+//    keeps one loaded; the probes fca/fcb alternate), measured to the pong.
+// ucx_perftest's own AM figures are measured in the same run when it is
+// installed.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Bench.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace bench {
+namespace {
+
+struct Sizes {
+  uint64_t Warmup, LatencyIters, RateMsgs, FirstContactTrials;
+};
+
+struct TsiRun {
+  const CommonOptions &O;
+  Sizes N;
+  std::vector<Record> Out;
+
+  void add(const std::string &Mode, const std::string &Metric, double V,
+           const std::string &Unit) {
+    Record R;
+    R.Bench = "tsi";
+    R.Mode = Mode;
+    R.Metric = Metric;
+    R.Value = V;
+    R.Unit = Unit;
+    R.Transport = O.Transport;
+    Out.push_back(R);
+  }
+};
+
+using SendFn = std::function<void()>;
+
+/// Ping-pong: returns the one-way latency in microseconds.
+double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong, const SendFn &Send,
+                uint64_t Warmup, uint64_t Iters) {
+  control(C, Ep, "bench.pong", &Pong, sizeof Pong);
+  Clock::time_point T0 = Clock::now();
+  for (uint64_t I = 0; I < Warmup + Iters; ++I) {
+    if (I == Warmup)
+      T0 = Clock::now();
+    uint64_t Want = C.Counter + 1;
+    Send();
+    waitFor(C.W, [&] { return C.Counter >= Want; }, "a pong");
+  }
+  double Secs = secondsSince(T0);
+  uint32_t Off = PongOff;
+  control(C, Ep, "bench.pong", &Off, sizeof Off);
+  return Secs / static_cast<double>(Iters) / 2 * 1e6;
+}
+
+/// Back-to-back sends ended by a flush; returns messages per second.
+double rate(ClientWorker &C, tc_ep_h Ep, const SendFn &Send, uint64_t Msgs) {
+  Clock::time_point T0 = Clock::now();
+  for (uint64_t I = 0; I < Msgs; ++I) {
+    Send();
+    if ((I & 15) == 15)
+      tc_worker_progress(C.W);
+    if ((I & 0xffff) == 0xffff && Interrupted)
+      die("interrupted");
+  }
+  flush(C, Ep);
+  return static_cast<double>(Msgs) / secondsSince(T0);
+}
+
+void sendOrDie(tc_status_t S) {
+  if (S != TC_INPROGRESS && S != TC_OK)
+    die(std::string("send failed: ") + tc_status_string(S));
+}
+
+/// One steady-state mode: latency, rate, frame bytes; checks the target ran
+/// exactly what was sent.
+void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
+                bool ShipAlways, const char *Ifunc) {
+  note("tsi " + Mode + ": latency and rate");
+  ClientWorker C;
+  makeClient(C, R.O.IfuncPath, ShipAlways);
+  tc_ep_h Ep = connectTo(C, Server);
+  static const unsigned char One = 1;
+  SendFn Send;
+  tc_ifunc_h F = nullptr;
+  tc_msg_h M = nullptr;
+  uint32_t Pong = PongLocal;
+  if (Mode == "am") {
+    Send = [&] { sendOrDie(tc_ep_send_local(Ep, "tsi", &One, 1, nullptr,
+                                            nullptr)); };
+  } else {
+    F = registerIfunc(C, Ifunc);
+    if (tc_msg_create(F, &One, 1, &M) != TC_OK)
+      die(std::string("cannot create a ") + Ifunc + " message");
+    Send = [&] { sendOrDie(tc_msg_send(Ep, M, nullptr, nullptr)); };
+    Pong = PongIfunc;
+  }
+  control(C, Ep, "bench.reset", nullptr, 0);
+  double Lat = pingPong(C, Ep, Pong, Send, R.N.Warmup, R.N.LatencyIters);
+  ServerStats S0 = queryStats(C, Ep);
+  tc_worker_stats_t W0;
+  tc_worker_query_stats(C.W, &W0);
+  double Rate = rate(C, Ep, Send, R.N.RateMsgs);
+  tc_worker_stats_t W1;
+  tc_worker_query_stats(C.W, &W1);
+  ServerStats S1 = queryStats(C, Ep);
+  uint64_t Ran = S1.Tsi - S0.Tsi;
+  if (S0.Tsi != R.N.Warmup + R.N.LatencyIters || Ran != R.N.RateMsgs)
+    die("tsi " + Mode + ": the target counted " + std::to_string(S0.Tsi) +
+        " + " + std::to_string(Ran) + " increments, expected " +
+        std::to_string(R.N.Warmup + R.N.LatencyIters) + " + " +
+        std::to_string(R.N.RateMsgs));
+  if (S1.Worker.errors)
+    die("tsi " + Mode + ": the target dropped " +
+        std::to_string(S1.Worker.errors) + " messages");
+  // Frames in the rate run: the messages plus one fence, which is 24 bytes.
+  uint64_t Frames = W1.frames_sent - W0.frames_sent - 1;
+  double Bytes = static_cast<double>(W1.bytes_sent - W0.bytes_sent - 24) /
+                 static_cast<double>(Frames);
+  R.add(Mode, "latency_us", Lat, "us");
+  R.add(Mode, "rate_msgs", Rate, "msgs/s");
+  R.add(Mode, "frame_bytes", Bytes, "bytes");
+  if (M)
+    tc_msg_free(M);
+  if (F)
+    tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+}
+
+/// First contact on a running target that keeps one identity loaded: every
+/// trial sends the identity it does not have (with the archive), so it is
+/// compiled, linked or read from the disk cache; measured to the pong.
+void firstContact(TsiRun &R, const std::string &Mode, const Child &Server) {
+  note("tsi first contact: " + Mode);
+  ClientWorker C;
+  makeClient(C, R.O.IfuncPath, /*ShipAlways=*/true);
+  tc_ep_h Ep = connectTo(C, Server);
+  static const unsigned char One = 1;
+  tc_ifunc_h F[2] = {registerIfunc(C, "fca"), registerIfunc(C, "fcb")};
+  tc_msg_h M[2];
+  for (int I = 0; I < 2; ++I)
+    if (tc_msg_create(F[I], &One, 1, &M[I]) != TC_OK)
+      die("cannot create a first-contact message");
+  uint32_t Pong = PongLocal;
+  control(C, Ep, "bench.pong", &Pong, sizeof Pong);
+  std::vector<double> Ms;
+  ServerStats S0{};
+  // Trials 0 and 1 fill the disk cache (when there is one) and warm up.
+  for (uint64_t T = 0; T < R.N.FirstContactTrials + 2; ++T) {
+    if (T == 2)
+      S0 = queryStats(C, Ep);
+    uint64_t Want = C.Counter + 1;
+    Clock::time_point T0 = Clock::now();
+    sendOrDie(tc_msg_send(Ep, M[T % 2], nullptr, nullptr));
+    waitFor(C.W, [&] { return C.Counter >= Want; }, "a first-contact pong");
+    if (T >= 2)
+      Ms.push_back(secondsSince(T0) * 1e3);
+  }
+  ServerStats S1 = queryStats(C, Ep);
+  uint64_t Loads = S1.Worker.compiles - S0.Worker.compiles;
+  if (Loads != R.N.FirstContactTrials)
+    die("tsi first contact " + Mode + ": the target loaded code " +
+        std::to_string(Loads) + " times in " +
+        std::to_string(R.N.FirstContactTrials) + " trials");
+  if (S1.Worker.errors)
+    die("tsi first contact " + Mode + ": the target dropped messages");
+  R.add(Mode, "first_contact_ms", median(Ms), "ms");
+  R.add(Mode, "jit_ms",
+        (S1.Worker.compile_ms - S0.Worker.compile_ms) /
+            static_cast<double>(Loads),
+        "ms");
+  for (int I = 0; I < 2; ++I) {
+    tc_msg_free(M[I]);
+    tc_ifunc_deregister(F[I]);
+  }
+  tc_ep_destroy(Ep);
+}
+
+/// A free TCP port (for ucx_perftest, which cannot pick its own).
+uint16_t freePort() {
+  int Fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in A{};
+  A.sin_family = AF_INET;
+  A.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t L = sizeof A;
+  if (Fd < 0 || bind(Fd, reinterpret_cast<sockaddr *>(&A), sizeof A) != 0 ||
+      getsockname(Fd, reinterpret_cast<sockaddr *>(&A), &L) != 0)
+    die("cannot find a free port");
+  close(Fd);
+  return ntohs(A.sin_port);
+}
+
+/// Runs a command with a deadline, returns its stdout (empty on failure).
+std::string runCapture(const std::vector<std::string> &Argv, double TimeoutS,
+                       pid_t *PidOut = nullptr) {
+  int P[2];
+  if (pipe2(P, O_CLOEXEC) != 0)
+    return "";
+  pid_t Pid = fork();
+  if (Pid == 0) {
+    dup2(P[1], STDOUT_FILENO);
+    int Null = open("/dev/null", O_WRONLY);
+    dup2(Null, STDERR_FILENO);
+    std::vector<char *> A;
+    for (const std::string &S : Argv)
+      A.push_back(const_cast<char *>(S.c_str()));
+    A.push_back(nullptr);
+    execvp(A[0], A.data());
+    _exit(127);
+  }
+  close(P[1]);
+  if (PidOut)
+    *PidOut = Pid;
+  std::string Out;
+  auto T0 = Clock::now();
+  while (true) {
+    pollfd Q{P[0], POLLIN, 0};
+    double Left = TimeoutS - secondsSince(T0);
+    if (Left <= 0 || Interrupted) {
+      kill(Pid, SIGKILL);
+      break;
+    }
+    int RC = poll(&Q, 1, static_cast<int>(Left * 1000) + 1);
+    if (RC <= 0)
+      continue;
+    char B[4096];
+    ssize_t N = read(P[0], B, sizeof B);
+    if (N <= 0)
+      break;
+    Out.append(B, N);
+  }
+  close(P[0]);
+  int St;
+  waitpid(Pid, &St, 0);
+  return WIFEXITED(St) && WEXITSTATUS(St) == 0 ? Out : std::string();
+}
+
+/// The last numeric row of ucx_perftest's table: iterations, p50 latency,
+/// average latency, overall latency, bandwidth x2, rate average, overall.
+bool parsePerftest(const std::string &Out, double Cols[8]) {
+  bool Got = false;
+  size_t Pos = 0;
+  while (Pos < Out.size()) {
+    size_t End = Out.find('\n', Pos);
+    if (End == std::string::npos)
+      End = Out.size();
+    std::string Line = Out.substr(Pos, End - Pos);
+    Pos = End + 1;
+    if (Line.rfind("Final:", 0) == 0)
+      Line = Line.substr(6);
+    double V[8];
+    if (std::sscanf(Line.c_str(), " %lf %lf %lf %lf %lf %lf %lf %lf", &V[0],
+                    &V[1], &V[2], &V[3], &V[4], &V[5], &V[6], &V[7]) == 8) {
+      std::copy(V, V + 8, Cols);
+      Got = true;
+    }
+  }
+  return Got;
+}
+
+/// UCX's own active messages of the cached frame's size, same transport.
+void perftest(TsiRun &R, double FrameBytes) {
+  std::string Size = std::to_string(static_cast<long>(FrameBytes + 0.5));
+  struct Test {
+    const char *Name, *Metric, *Unit;
+    uint64_t Iters;
+  } Tests[] = {{"ucp_am_lat", "latency_us", "us", R.N.LatencyIters},
+               {"ucp_am_bw", "rate_msgs", "msgs/s", R.N.RateMsgs}};
+  for (const Test &T : Tests) {
+    note(std::string("tsi ucx_perftest: ") + T.Name);
+    std::string Port = std::to_string(freePort());
+    std::vector<std::string> Common = {"-t", T.Name, "-s", Size, "-n",
+                                       std::to_string(T.Iters), "-w",
+                                       std::to_string(R.N.Warmup), "-p", Port};
+    std::vector<std::string> SrvArgs = {"ucx_perftest"};
+    SrvArgs.insert(SrvArgs.end(), Common.begin(), Common.end());
+    SrvArgs.insert(SrvArgs.end(), {"-c", "0"});
+    // The server prints nothing we need; start it, then retry the client
+    // until the server accepts (bounded).
+    Child Srv;
+    {
+      pid_t Pid = fork();
+      if (Pid == 0) {
+        int Null = open("/dev/null", O_WRONLY);
+        dup2(Null, STDOUT_FILENO);
+        dup2(Null, STDERR_FILENO);
+        std::vector<char *> A;
+        for (const std::string &S : SrvArgs)
+          A.push_back(const_cast<char *>(S.c_str()));
+        A.push_back(nullptr);
+        execvp(A[0], A.data());
+        _exit(127);
+      }
+      Srv.Pid = Pid;
+    }
+    std::vector<std::string> Cli = {"ucx_perftest", "127.0.0.1"};
+    Cli.insert(Cli.end(), Common.begin(), Common.end());
+    Cli.insert(Cli.end(), {"-c", "1"});
+    std::string Out;
+    for (int Try = 0; Try < 50 && Out.empty() && !Interrupted; ++Try) {
+      Out = runCapture(Cli, 60);
+      if (Out.empty()) {
+        int St;
+        if (waitpid(Srv.Pid, &St, WNOHANG) == Srv.Pid) {
+          Srv.Pid = -1;
+          break;
+        }
+        usleep(20000); // The server is still starting: try again.
+      }
+    }
+    stopServer(Srv);
+    double Cols[8];
+    if (Out.empty() || !parsePerftest(Out, Cols)) {
+      note("ucx_perftest did not run; no UCX reference figures");
+      return;
+    }
+    R.add("ucx_perftest", T.Metric, T.Metric[0] == 'l' ? Cols[3] : Cols[7],
+          T.Unit);
+  }
+  R.add("ucx_perftest", "frame_bytes", FrameBytes, "bytes");
+}
+
+bool havePerftest() {
+  return std::system("command -v ucx_perftest >/dev/null 2>&1") == 0;
+}
+
+const char *const TsiUsage = R"(USAGE: tc-bench tsi [options]
+
+Target-side increment (Three-Chains Tables I-VI): one-way latency (ping-pong,
+half round trip), message rate and frame bytes for am, cached, uncached,
+object and ucx_perftest; first-contact time for jit, object and disk-cache.
+
+OPTIONS:
+  --iters N       Ping-pong round trips (default 100000; --quick 20000)
+  --msgs N        Messages in the rate test (default 1000000; --quick 200000)
+  --trials N      First-contact trials (default 50; --quick 10)
+  --no-perftest   Skip the ucx_perftest reference
+)";
+
+} // namespace
+
+int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
+  TsiRun R{O, {}, {}};
+  R.N = O.Quick ? Sizes{2000, 20000, 200000, 10}
+                : Sizes{10000, 100000, 1000000, 50};
+  bool Perftest = true;
+  for (size_t I = 0; I < Args.size(); ++I) {
+    const std::string &A = Args[I];
+    auto Value = [&]() {
+      if (I + 1 >= Args.size())
+        die("missing value after " + A);
+      return Args[++I];
+    };
+    if (A == "--help") {
+      std::fputs(TsiUsage, stdout);
+      return 0;
+    }
+    if (A == "--iters")
+      R.N.LatencyIters = parseCount(A, Value());
+    else if (A == "--msgs")
+      R.N.RateMsgs = parseCount(A, Value());
+    else if (A == "--trials")
+      R.N.FirstContactTrials = parseCount(A, Value());
+    else if (A == "--no-perftest")
+      Perftest = false;
+    else
+      die("tsi: unknown argument '" + A + "' (try tc-bench tsi --help)");
+  }
+  if (!R.N.LatencyIters || !R.N.RateMsgs || !R.N.FirstContactTrials)
+    die("tsi: --iters, --msgs and --trials must be at least 1");
+  selectTransport(O.Transport, /*Loopback=*/true);
+  std::string Self = selfPath();
+  auto Serve = [&](std::vector<std::string> Extra, const std::string &Name) {
+    std::vector<std::string> A = {Self, "serve", "--listen", "127.0.0.1:0",
+                                  "--ifunc-path", O.IfuncPath};
+    A.insert(A.end(), Extra.begin(), Extra.end());
+    return startServer(A, "", Name);
+  };
+
+  {
+    Child S = Serve({}, "tsi server");
+    steadyMode(R, "am", S, false, nullptr);
+    steadyMode(R, "cached", S, false, "tsi");
+    stopServer(S);
+  }
+  {
+    Child S = Serve({"--ship", "always"}, "uncached tsi server");
+    steadyMode(R, "uncached", S, true, "tsi");
+    stopServer(S);
+  }
+  {
+    Child S = Serve({"--exec", "object"}, "object tsi server");
+    steadyMode(R, "object", S, false, "fca");
+    stopServer(S);
+  }
+  double CachedBytes = 0;
+  for (const Record &X : R.Out)
+    if (X.Mode == "cached" && X.Metric == "frame_bytes")
+      CachedBytes = X.Value;
+  if (Perftest) {
+    if (havePerftest())
+      perftest(R, CachedBytes);
+    else
+      note("ucx_perftest not found (package ucx-utils); no UCX reference");
+  }
+
+  char Tmpl[] = "/tmp/tc-bench-cache-XXXXXX";
+  if (!mkdtemp(Tmpl))
+    die("cannot create a temporary cache directory");
+  std::string CacheDir = Tmpl;
+  {
+    Child S = Serve({"--exec", "bitcode", "--max-loaded", "1"},
+                    "first-contact server");
+    firstContact(R, "jit", S);
+    stopServer(S);
+  }
+  {
+    Child S = Serve({"--exec", "object", "--max-loaded", "1"},
+                    "first-contact server");
+    firstContact(R, "object", S);
+    stopServer(S);
+  }
+  {
+    Child S = Serve({"--exec", "bitcode", "--max-loaded", "1", "--cache-dir",
+                     CacheDir},
+                    "first-contact server");
+    firstContact(R, "disk-cache", S);
+    stopServer(S);
+  }
+  std::system(("rm -rf '" + CacheDir + "'").c_str());
+
+  // Ratios against the baselines measured above, for the reader.
+  auto Find = [&](const std::string &Mode, const std::string &Metric) {
+    for (const Record &X : R.Out)
+      if (X.Mode == Mode && X.Metric == Metric)
+        return X.Value;
+    return 0.0;
+  };
+  printRecords(R.Out, O.Fmt);
+  if (O.Fmt == Format::Table) {
+    double Am = Find("am", "latency_us"), Ca = Find("cached", "latency_us");
+    std::printf("\ncached/am latency %.3f, cached/am rate %.3f", Ca / Am,
+                Find("cached", "rate_msgs") / Find("am", "rate_msgs"));
+    if (double P = Find("ucx_perftest", "latency_us"))
+      std::printf(", cached/ucx_perftest latency %.3f, rate %.3f", Ca / P,
+                  Find("cached", "rate_msgs") /
+                      Find("ucx_perftest", "rate_msgs"));
+    std::printf("\nuncached/cached latency %.3f\n",
+                Find("uncached", "latency_us") / Ca);
+  }
+  return 0;
+}
+
+} // namespace bench
