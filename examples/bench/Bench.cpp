@@ -515,6 +515,20 @@ int main(int Argc, char **Argv) {
     die("bad --transport '" + O.Transport + "' (expected shm or tcp)");
   if (O.IfuncPath.empty())
     O.IfuncPath = defaultIfuncPath();
+  // Every scenario's servers need the examples: say so once, here, rather
+  // than through each server's failure.
+  bool Found = false;
+  for (size_t Pos = 0; Pos <= O.IfuncPath.size() && !Found;) {
+    size_t End = O.IfuncPath.find(':', Pos);
+    if (End == std::string::npos)
+      End = O.IfuncPath.size();
+    Found = access((O.IfuncPath.substr(Pos, End - Pos) + "/tsi.tcfb").c_str(),
+                   R_OK) == 0;
+    Pos = End + 1;
+  }
+  if (!Found)
+    die("no tsi.tcfb in the ifunc path '" + O.IfuncPath +
+        "' (build the examples, or pass --ifunc-path)");
   int RC;
   if (Scenario == "tsi")
     RC = runTsi(O, Rest);
