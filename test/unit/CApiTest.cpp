@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <vector>
 
 using namespace tc::test;
@@ -308,3 +309,179 @@ define void @bad_main(ptr %p, i64 %n, ptr %t) {
 }
 
 } // namespace
+
+/// Flushes \p Ep; returns the status the flush ended with.
+static tc_status_t flushStatus(std::vector<tc_worker_h> Ws, tc_ep_h Ep) {
+  struct Done {
+    bool Yes = false;
+    tc_status_t S = TC_OK;
+  } D;
+  tc_status_t S = tc_ep_flush_nb(
+      Ep,
+      [](void *A, tc_status_t S) {
+        static_cast<Done *>(A)->Yes = true;
+        static_cast<Done *>(A)->S = S;
+      },
+      &D);
+  if (S != TC_INPROGRESS)
+    return S;
+  EXPECT_TRUE(runUntil(Ws, [&] { return D.Yes; }));
+  return D.S;
+}
+
+TEST(CApi, RestartedTargetGetsTheCodeAgain) {
+  // One long-lived sender; the target goes away and a new one takes its
+  // port. The sender's old endpoint fails, a new one to the new target
+  // ships the code again (the new target never had it), and nothing runs
+  // twice or is lost.
+  Worker Source;
+  tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  uint64_t Arg = 2;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &Arg, sizeof(Arg), &M), TC_OK);
+  uint64_t Counter1 = 0;
+  auto Target = std::make_unique<Worker>(&Counter1);
+  uint16_t Port = Target->Port;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Port, &Ep), TC_OK);
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({Source.W, Target->W}, Ep), TC_OK);
+  EXPECT_EQ(Counter1, 6u);
+  tc_worker_stats_t St;
+  ASSERT_EQ(tc_worker_query_stats(Target->W, &St), TC_OK);
+  EXPECT_EQ(St.code_frames, 1u);
+
+  // The restart: the target's worker and context go. The old endpoint
+  // reports the loss (UCX peer error handling): a flush on it ends with an
+  // error instead of hanging.
+  Target.reset();
+  EXPECT_NE(flushStatus({Source.W}, Ep), TC_OK);
+  tc_ep_destroy(Ep);
+  // The target comes back (on another port: the old one may linger in
+  // TIME_WAIT) and the same sender, same registration, reconnects.
+  uint64_t Counter2 = 0;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+  WP.target_args = &Counter2;
+  tc_worker_h T2;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &T2), TC_OK);
+  ASSERT_EQ(tc_worker_listen(T2, "127.0.0.1", 0, &Port), TC_OK);
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Port, &Ep), TC_OK);
+  for (int I = 0; I < 4; ++I)
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({Source.W, T2}, Ep), TC_OK);
+  EXPECT_EQ(Counter2, 8u);
+  ASSERT_EQ(tc_worker_query_stats(T2, &St), TC_OK);
+  EXPECT_EQ(St.code_frames, 1u) << "the new target got the code again";
+  EXPECT_EQ(St.executed, 4u);
+  EXPECT_EQ(St.errors, 0u);
+  tc_ep_destroy(Ep);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_worker_destroy(T2);
+  tc_context_destroy(Ctx);
+}
+
+TEST(CApi, AcceptedEndpointAnswersTheSourceOfAMessage) {
+  // A target with accept_cb gets a handle per connection; a local function
+  // finds the connection its message came on and answers there.
+  struct Target {
+    tc_worker_h W = nullptr;
+    std::vector<tc_ep_h> Accepted;
+  } T;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_ACCEPT_CB |
+                  TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+  WP.accept_cb = [](void *A, tc_ep_h Ep) {
+    static_cast<Target *>(A)->Accepted.push_back(Ep);
+  };
+  WP.accept_arg = &T;
+  WP.target_args = &T;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &T.W), TC_OK);
+  uint16_t Port;
+  ASSERT_EQ(tc_worker_listen(T.W, "127.0.0.1", 0, &Port), TC_OK);
+  EXPECT_EQ(tc_worker_source_ep(T.W), nullptr) << "no message is running";
+  ASSERT_EQ(tc_worker_register_local(
+                T.W, "ping",
+                [](void *P, size_t N, void *Args) {
+                  auto *Me = static_cast<Target *>(Args);
+                  tc_ep_h From = tc_worker_source_ep(Me->W);
+                  EXPECT_EQ(Me->Accepted.size(), 1u);
+                  EXPECT_EQ(From, Me->Accepted.at(0));
+                  tc_ep_send_local(From, "pong", P, N, nullptr, nullptr);
+                }),
+            TC_OK);
+  uint64_t Pongs = 0;
+  Worker Source(&Pongs);
+  ASSERT_EQ(tc_worker_register_local(
+                Source.W, "pong",
+                [](void *P, size_t N, void *Args) {
+                  ASSERT_EQ(N, 8u);
+                  *static_cast<uint64_t *>(Args) +=
+                      *static_cast<uint64_t *>(P);
+                }),
+            TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Port, &Ep), TC_OK);
+  uint64_t V = 21;
+  for (int I = 0; I < 2; ++I)
+    ASSERT_EQ(tc_ep_send_local(Ep, "ping", &V, sizeof V, nullptr, nullptr),
+              TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, T.W}, [&] { return Pongs == 42; }));
+  EXPECT_EQ(T.Accepted.size(), 1u);
+  tc_ep_destroy(Ep);
+  for (tc_ep_h E : T.Accepted)
+    tc_ep_destroy(E);
+  tc_worker_destroy(T.W);
+  tc_context_destroy(Ctx);
+}
+
+TEST(CApi, ShipCodeAlwaysAttachesTheArchiveToEveryMessage) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter);
+  tc_context_params_t CP;
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_SHIP_CODE;
+  CP.ship_code = TC_SHIP_CODE_ALWAYS;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(&CP, &Ctx), TC_OK);
+  tc_worker_h W;
+  ASSERT_EQ(tc_worker_create(Ctx, nullptr, &W), TC_OK);
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  tc_ifunc_h F;
+  ASSERT_EQ(tc_ifunc_register_archive(W, Bytes.data(), Bytes.size(), &F),
+            TC_OK);
+  uint64_t Arg = 1;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &Arg, sizeof Arg, &M), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  tc_worker_stats_t Before, After, T;
+  ASSERT_EQ(tc_worker_query_stats(W, &Before), TC_OK);
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({W, Target.W}, Ep), TC_OK);
+  ASSERT_EQ(tc_worker_query_stats(W, &After), TC_OK);
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &T), TC_OK);
+  EXPECT_EQ(Counter, 3u);
+  EXPECT_EQ(T.code_frames, 3u);
+  EXPECT_EQ(T.compiles, 1u) << "later copies are found by their hash";
+  // Three invokes carrying the archive, then one bare fence.
+  EXPECT_EQ(After.frames_sent - Before.frames_sent, 4u);
+  EXPECT_GT(After.bytes_sent - Before.bytes_sent, 3 * Bytes.size() / 2);
+  // A bad value is refused, not used.
+  CP.ship_code = static_cast<tc_ship_code_t>(7);
+  tc_context_h Bad = nullptr;
+  EXPECT_EQ(tc_context_create(&CP, &Bad), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(Bad, nullptr);
+  tc_ep_destroy(Ep);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+}
