@@ -11,8 +11,8 @@ PACKAGES=(
   libclang-rt-22-dev libzstd-dev zlib1g-dev
   # UCX 1.13 and its perftest (the benchmarks' reference)
   libucx-dev ucx-utils
-  # tests
-  libgtest-dev
+  # tests (iproute2: network namespaces for the multi-host benchmark test)
+  libgtest-dev iproute2
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
 )

@@ -20,6 +20,7 @@ namespace bench {
 
 bool Quiet = false;
 bool ConnectByAddress = false;
+std::string ClientServerTls;
 std::atomic<bool> Interrupted{false};
 static std::vector<Child *> Running;
 static std::vector<pid_t> RunningPids;
@@ -306,6 +307,9 @@ void selectTransport(const std::string &Transport, bool Loopback) {
   // Client-server connections in UCX 1.13 need a sockaddr-capable transport
   // (tcp) for the wire-up even when the data moves over shared memory.
   if (Transport == "shm") {
+    // Client-server (HOST:PORT) connections, which tc-gbpc makes, need tcp
+    // for their wire-up.
+    ClientServerTls = std::getenv("UCX_TLS") ? "" : "posix,self,tcp";
     ConnectByAddress = true;
     setenv("UCX_TLS", "posix,self", 0);
   } else if (Transport == "tcp") {

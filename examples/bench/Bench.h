@@ -132,6 +132,9 @@ struct CommonOptions {
 void selectTransport(const std::string &Transport, bool Loopback);
 /// True when clients and servers connect by worker address.
 extern bool ConnectByAddress;
+/// UCX_TLS for programs that connect by HOST:PORT (tc-gbpc) when it differs
+/// from ours; empty otherwise.
+extern std::string ClientServerTls;
 /// How a server is named in a bench.dapc setup: HOST:PORT or @HEXADDRESS.
 std::string connectString(const Child &S);
 /// Connects \p W to a connectString().

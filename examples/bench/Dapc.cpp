@@ -99,6 +99,20 @@ std::string gbpcPath() {
   return Self.substr(0, Self.rfind('/')) + "/tc-gbpc";
 }
 
+/// The command line that starts a tc-gbpc server.
+std::vector<std::string> gbpcServe(const std::string &Addr, const Params &P,
+                                   uint32_t S, uint32_t I) {
+  std::vector<std::string> A;
+  if (!ClientServerTls.empty())
+    A = {"env", "UCX_TLS=" + ClientServerTls};
+  std::vector<std::string> Rest = {
+      gbpcPath(), "serve",  "--listen",  Addr + ":0",
+      "--entries", std::to_string(P.Entries), "--servers", std::to_string(S),
+      "--id",      std::to_string(I),         "--seed",    std::to_string(P.Seed)};
+  A.insert(A.end(), Rest.begin(), Rest.end());
+  return A;
+}
+
 /// One (mode, depth) point over tc: returns chases per second.
 double chaseTc(ClientWorker &C, dapc_client_t &DC,
                const std::vector<tc_ep_h> &Eps, tc_msg_h Msg, bool Local,
@@ -106,8 +120,8 @@ double chaseTc(ClientWorker &C, dapc_client_t &DC,
   dapc_perm_t Perm;
   dapc_perm_init(&Perm, P.Entries, P.Seed);
   uint32_t S = static_cast<uint32_t>(Eps.size());
-  auto One = [&](uint64_t K) {
-    dapc_args_t A{dapc_mix64(K + 1) % P.Entries, Depth, K};
+  auto One = [&](uint64_t K, uint64_t Start) {
+    dapc_args_t A{Start, Depth, K};
     tc_ep_h To = Eps[dapc_owner(P.Entries, S, A.addr)];
     uint64_t Want = DC.done + 1;
     tc_status_t St;
@@ -120,15 +134,18 @@ double chaseTc(ClientWorker &C, dapc_client_t &DC,
     if (St != TC_INPROGRESS)
       die(What + ": send failed: " + tc_status_string(St));
     waitFor(C.W, [&] { return DC.done >= Want; }, What + " to end", 120);
-    uint64_t Ref = dapc_chase_ref(&Perm, dapc_mix64(K + 1) % P.Entries, Depth);
+    uint64_t Ref = dapc_chase_ref(&Perm, Start, Depth);
     if (DC.ends[K] != Ref)
       die(What + ": chase " + std::to_string(K) + " ended at " +
           std::to_string(DC.ends[K]) + ", expected " + std::to_string(Ref));
   };
-  One(0); // Warm-up: first contact on every server pair, untimed.
+  // Warm-up, untimed: one chase starting on each server, so every server
+  // has loaded the chaser and answered the client once (first contact).
+  for (uint32_t I = 0; I < S; ++I)
+    One(0, dapc_shard_lo(P.Entries, S, I));
   Clock::time_point T0 = Clock::now();
   for (uint64_t K = 1; K <= P.Count; ++K)
-    One(K);
+    One(K, dapc_mix64(K + 1) % P.Entries);
   return static_cast<double>(P.Count) / secondsSince(T0);
 }
 
@@ -138,7 +155,10 @@ double chaseGbpc(const std::vector<Child> &Servers, const Params &P,
   std::string List;
   for (const Child &C : Servers)
     List += (List.empty() ? "" : ",") + C.Host + ":" + std::to_string(C.Port);
-  std::string Cmd = "'" + gbpcPath() + "' chase --servers " + List +
+  std::string Env = ClientServerTls.empty()
+                        ? std::string()
+                        : "env UCX_TLS=" + ClientServerTls + " ";
+  std::string Cmd = Env + "'" + gbpcPath() + "' chase --servers " + List +
                     " --entries " + std::to_string(P.Entries) + " --seed " +
                     std::to_string(P.Seed) + " --depth " +
                     std::to_string(Depth) + " --count " +
@@ -283,17 +303,11 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       if (H && !H->Gbpc.empty()) {
         Gb.push_back(parseAddress(H->Gbpc, "gbpc server"));
       } else if (H && H->Running.empty()) {
-        Gb.push_back(startServer(
-            {gbpcPath(), "serve", "--listen", H->Addr + ":0", "--entries",
-             std::to_string(P.Entries), "--servers", std::to_string(S),
-             "--id", std::to_string(I), "--seed", std::to_string(P.Seed)},
-            H->Netns, "gbpc server " + std::to_string(I)));
+        Gb.push_back(startServer(gbpcServe(H->Addr, P, S, I), H->Netns,
+                                 "gbpc server " + std::to_string(I)));
       } else if (!H) {
-        Gb.push_back(startServer(
-            {gbpcPath(), "serve", "--listen", "127.0.0.1:0", "--entries",
-             std::to_string(P.Entries), "--servers", std::to_string(S),
-             "--id", std::to_string(I), "--seed", std::to_string(P.Seed)},
-            "", "gbpc server " + std::to_string(I)));
+        Gb.push_back(startServer(gbpcServe("127.0.0.1", P, S, I), "",
+                                 "gbpc server " + std::to_string(I)));
       }
     }
     if (P.Gbpc && Gb.size() != S)
@@ -354,10 +368,10 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
                               "dapc " + Mode);
         for (tc_ep_h E : Eps)
           Hops1 += queryStats(C, E).DapcHops;
-        if (Hops1 - Hops0 != (P.Count + 1) * Depth)
+        if (Hops1 - Hops0 != (P.Count + S) * Depth)
           die("dapc " + Mode + ": the servers read " +
               std::to_string(Hops1 - Hops0) + " entries, expected " +
-              std::to_string((P.Count + 1) * Depth));
+              std::to_string((P.Count + S) * Depth));
         Add(Mode, Rate);
       }
       if (P.Gbpc)

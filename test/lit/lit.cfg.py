@@ -18,7 +18,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
 tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
-tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
+tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
     tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
@@ -34,6 +34,11 @@ config.substitutions.append(("%python", '"%s"' % config.python_executable))
 config.substitutions.append(("%tc_src", config.tc_src_root))
 
 config.substitutions.append(("%tc_obj", config.tc_obj_root))
+# Archives the examples build (build/ifuncs); rtsi.tcfb only with Rust.
+config.substitutions.append(("%tc_ifuncs", os.path.join(config.tc_obj_root,
+                                                        "ifuncs")))
+if config.tc_have_rust:
+    config.available_features.add("rust")
 import subprocess
 host_triple = subprocess.check_output(
     [os.path.join(config.llvm_tools_dir, "llvm-config"), "--host-target"],
@@ -56,3 +61,22 @@ if config.tc_sanitize:
     consumer_flags = ("-DCMAKE_C_FLAGS=-fsanitize=address,undefined "
                       "-DCMAKE_C_COMPILER=clang-22")
 config.substitutions.append(("%consumer_cmake_flags", consumer_flags))
+
+# Multi-host tests make network namespaces (scripts/netns.sh): root and a
+# working `ip netns` are needed; probe once with a namespace of our own.
+def _netns_works():
+    import shutil
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        return False
+    probe = "tclitprobe%d" % os.getpid()
+    try:
+        subprocess.run(["ip", "netns", "add", probe], check=True,
+                       capture_output=True, timeout=10)
+    except Exception:
+        return False
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True,
+                   timeout=10)
+    return True
+
+if _netns_works():
+    config.available_features.add("root-netns")
