@@ -570,9 +570,11 @@ void UcxTransport::onConnRequest(ucp_conn_request_h Req, void *Arg) {
   P.conn_request = Req;
   Expected<ConnId> C = T->createEp(P, Peer);
   if (!C) {
-    // The client sees its connection fail; we have nothing to report.
+    // The client sees its connection fail; we have nothing to report. UCX
+    // has already rejected and freed the request (ucp_ep_create on a
+    // conn_request consumes it, failed or not): rejecting it again here
+    // would touch freed memory.
     consumeError(C.takeError());
-    ucp_listener_reject(T->Listener, Req);
     return;
   }
   T->Handler->onAccept(*C);
