@@ -430,6 +430,64 @@ ServerStats queryStats(ClientWorker &C, tc_ep_h Ep) {
   return C.Stats;
 }
 
+bool walkArgs(
+    const std::string &Scenario, const std::vector<std::string> &Args,
+    const char *Usage,
+    const std::function<bool(const std::string &Flag,
+                             const std::function<std::string()> &)> &Take) {
+  for (size_t I = 0; I < Args.size(); ++I) {
+    const std::string &A = Args[I];
+    if (A == "--help") {
+      std::fputs(Usage, stdout);
+      return false;
+    }
+    auto Value = [&]() {
+      if (I + 1 >= Args.size())
+        die("missing value after " + A);
+      return Args[++I];
+    };
+    if (!Take(A, Value))
+      die(Scenario + ": unknown argument '" + A + "' (try tc-bench " +
+          Scenario + " --help)");
+  }
+  return true;
+}
+
+/// Ping-pong: returns the one-way latency in microseconds.
+double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
+                const std::function<void()> &Send, uint64_t Warmup,
+                uint64_t Iters) {
+  control(C, Ep, "bench.pong", &Pong, sizeof Pong);
+  Clock::time_point T0 = Clock::now();
+  for (uint64_t I = 0; I < Warmup + Iters; ++I) {
+    if (I == Warmup)
+      T0 = Clock::now();
+    uint64_t Want = C.Counter + 1;
+    Send();
+    waitFor(
+        C.W, [&] { return C.Counter >= Want; }, "a pong");
+  }
+  double Secs = secondsSince(T0);
+  uint32_t Off = PongOff;
+  control(C, Ep, "bench.pong", &Off, sizeof Off);
+  return Secs / static_cast<double>(Iters) / 2 * 1e6;
+}
+
+/// Back-to-back sends ended by a flush; returns messages per second.
+double rate(ClientWorker &C, tc_ep_h Ep, const std::function<void()> &Send,
+            uint64_t Msgs) {
+  Clock::time_point T0 = Clock::now();
+  for (uint64_t I = 0; I < Msgs; ++I) {
+    Send();
+    if ((I & 15) == 15)
+      tc_worker_progress(C.W);
+    if ((I & 0xffff) == 0xffff && Interrupted)
+      die("interrupted");
+  }
+  flush(C, Ep);
+  return static_cast<double>(Msgs) / secondsSince(T0);
+}
+
 } // namespace bench
 
 using namespace bench;

@@ -162,6 +162,26 @@ void control(ClientWorker &C, tc_ep_h Ep, const char *Name, const void *P,
 ServerStats queryStats(ClientWorker &C, tc_ep_h Ep);
 void flush(ClientWorker &C, tc_ep_h Ep);
 
+/// Walks a scenario's own arguments: `--help` prints \p Usage and returns
+/// false (the caller then exits 0); every other flag goes to \p Take with a
+/// function that fetches the flag's value (dying when there is none). A flag
+/// \p Take does not know (it returns false) is an error naming \p Scenario.
+bool walkArgs(
+    const std::string &Scenario, const std::vector<std::string> &Args,
+    const char *Usage,
+    const std::function<bool(const std::string &Flag,
+                             const std::function<std::string()> &)> &Take);
+
+/// Ping-pong with the server answering each message (bench.pong \p Pong):
+/// returns the one-way latency in microseconds over \p Iters round trips
+/// after \p Warmup untimed ones.
+double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
+                const std::function<void()> &Send, uint64_t Warmup,
+                uint64_t Iters);
+/// \p Msgs back-to-back sends ended by a flush: messages per second.
+double rate(ClientWorker &C, tc_ep_h Ep, const std::function<void()> &Send,
+            uint64_t Msgs);
+
 //--- Scenarios ---------------------------------------------------------===//
 
 int runServer(int Argc, char **Argv);

@@ -183,6 +183,22 @@ double chaseGbpc(const std::vector<Child> &Servers, const Params &P,
   return std::stod(M[1]);
 }
 
+void parseModes(const std::string &List, Params &P) {
+  P.Dapc = P.Am = P.Gbpc = false;
+  std::stringstream SS(List);
+  std::string M;
+  while (std::getline(SS, M, ',')) {
+    if (M == "dapc")
+      P.Dapc = true;
+    else if (M == "am")
+      P.Am = true;
+    else if (M == "gbpc")
+      P.Gbpc = true;
+    else
+      die("bad mode '" + M + "' in --modes (expected dapc, am, gbpc)");
+  }
+}
+
 const char *const DapcUsage = R"(USAGE: tc-bench dapc [options]
 
 Distributed pointer chasing (Three-Chains Figs. 9-12): chases per second for
@@ -214,46 +230,26 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
                      : std::vector<uint64_t>{1, 4, 16, 64, 256, 1024, 4096};
   P.Entries = O.Quick ? 65536 : 16777216;
   P.Count = O.Quick ? 10 : 100;
-  for (size_t I = 0; I < Args.size(); ++I) {
-    const std::string &A = Args[I];
-    auto Value = [&]() {
-      if (I + 1 >= Args.size())
-        die("missing value after " + A);
-      return Args[++I];
-    };
-    if (A == "--help") {
-      std::fputs(DapcUsage, stdout);
-      return 0;
-    }
-    if (A == "--servers") {
-      P.Servers = parseList(A, Value());
-    } else if (A == "--depths") {
-      P.Depths = parseList(A, Value());
-    } else if (A == "--entries") {
-      P.Entries = parseCount(A, Value());
-    } else if (A == "--count") {
-      P.Count = parseCount(A, Value());
-    } else if (A == "--seed") {
-      P.Seed = parseCount(A, Value());
-    } else if (A == "--modes") {
-      P.Dapc = P.Am = P.Gbpc = false;
-      std::string L = Value();
-      std::stringstream SS(L);
-      std::string M;
-      while (std::getline(SS, M, ',')) {
-        if (M == "dapc")
-          P.Dapc = true;
-        else if (M == "am")
-          P.Am = true;
-        else if (M == "gbpc")
-          P.Gbpc = true;
-        else
-          die("bad mode '" + M + "' in --modes (expected dapc, am, gbpc)");
-      }
-    } else {
-      die("dapc: unknown argument '" + A + "' (try tc-bench dapc --help)");
-    }
-  }
+  if (!walkArgs(
+          "dapc", Args, DapcUsage,
+          [&](const std::string &A, const std::function<std::string()> &Value) {
+            if (A == "--servers")
+              P.Servers = parseList(A, Value());
+            else if (A == "--depths")
+              P.Depths = parseList(A, Value());
+            else if (A == "--entries")
+              P.Entries = parseCount(A, Value());
+            else if (A == "--count")
+              P.Count = parseCount(A, Value());
+            else if (A == "--seed")
+              P.Seed = parseCount(A, Value());
+            else if (A == "--modes")
+              parseModes(Value(), P);
+            else
+              return false;
+            return true;
+          }))
+    return 0;
   if (P.Entries < 2)
     die("--entries must be at least 2");
   if (!P.Count)

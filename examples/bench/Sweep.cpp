@@ -37,27 +37,20 @@ int runSweep(const std::string &Which, const CommonOptions &O,
       O.Quick ? std::vector<uint64_t>{16, 1024, 16384}
               : std::vector<uint64_t>{16, 64, 256, 1024, 4096, 16384, 65536};
   uint64_t Iters = O.Quick ? 2000 : 20000, Msgs = O.Quick ? 10000 : 100000;
-  for (size_t I = 0; I < Args.size(); ++I) {
-    const std::string &A = Args[I];
-    auto Value = [&]() {
-      if (I + 1 >= Args.size())
-        die("missing value after " + A);
-      return Args[++I];
-    };
-    if (A == "--help") {
-      std::fputs(SweepUsage, stdout);
-      return 0;
-    }
-    if (A == "--sizes")
-      Sizes = parseList(A, Value());
-    else if (A == "--iters")
-      Iters = parseCount(A, Value());
-    else if (A == "--msgs")
-      Msgs = parseCount(A, Value());
-    else
-      die(Which + ": unknown argument '" + A + "' (try tc-bench " + Which +
-          " --help)");
-  }
+  if (!walkArgs(
+          Which, Args, SweepUsage,
+          [&](const std::string &A, const std::function<std::string()> &Value) {
+            if (A == "--sizes")
+              Sizes = parseList(A, Value());
+            else if (A == "--iters")
+              Iters = parseCount(A, Value());
+            else if (A == "--msgs")
+              Msgs = parseCount(A, Value());
+            else
+              return false;
+            return true;
+          }))
+    return 0;
   if (!Iters || !Msgs)
     die("--iters and --msgs must be at least 1");
   for (uint64_t S : Sizes)
@@ -101,28 +94,10 @@ int runSweep(const std::string &Which, const CommonOptions &O,
           die(Which + ": send failed: " + tc_status_string(S));
       };
       control(C, Ep, "bench.reset", nullptr, 0);
-      uint32_t Pong = Local ? PongLocal : PongIfunc;
-      control(C, Ep, "bench.pong", &Pong, sizeof Pong);
       uint64_t Warm = Iters / 10 + 1;
-      Clock::time_point T0 = Clock::now();
-      for (uint64_t I = 0; I < Warm + Iters; ++I) {
-        if (I == Warm)
-          T0 = Clock::now();
-        uint64_t Want = C.Counter + 1;
-        Send();
-        waitFor(C.W, [&] { return C.Counter >= Want; }, "a pong");
-      }
-      double Lat = secondsSince(T0) / static_cast<double>(Iters) / 2 * 1e6;
-      uint32_t Off = PongOff;
-      control(C, Ep, "bench.pong", &Off, sizeof Off);
-      T0 = Clock::now();
-      for (uint64_t I = 0; I < Msgs; ++I) {
-        Send();
-        if ((I & 15) == 15)
-          tc_worker_progress(C.W);
-      }
-      flush(C, Ep);
-      double Rate = static_cast<double>(Msgs) / secondsSince(T0);
+      double Lat =
+          pingPong(C, Ep, Local ? PongLocal : PongIfunc, Send, Warm, Iters);
+      double Rate = rate(C, Ep, Send, Msgs);
 
       ServerStats St = queryStats(C, Ep);
       uint64_t N = Warm + Iters + Msgs;

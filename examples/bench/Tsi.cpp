@@ -52,38 +52,6 @@ struct TsiRun {
 
 using SendFn = std::function<void()>;
 
-/// Ping-pong: returns the one-way latency in microseconds.
-double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong, const SendFn &Send,
-                uint64_t Warmup, uint64_t Iters) {
-  control(C, Ep, "bench.pong", &Pong, sizeof Pong);
-  Clock::time_point T0 = Clock::now();
-  for (uint64_t I = 0; I < Warmup + Iters; ++I) {
-    if (I == Warmup)
-      T0 = Clock::now();
-    uint64_t Want = C.Counter + 1;
-    Send();
-    waitFor(C.W, [&] { return C.Counter >= Want; }, "a pong");
-  }
-  double Secs = secondsSince(T0);
-  uint32_t Off = PongOff;
-  control(C, Ep, "bench.pong", &Off, sizeof Off);
-  return Secs / static_cast<double>(Iters) / 2 * 1e6;
-}
-
-/// Back-to-back sends ended by a flush; returns messages per second.
-double rate(ClientWorker &C, tc_ep_h Ep, const SendFn &Send, uint64_t Msgs) {
-  Clock::time_point T0 = Clock::now();
-  for (uint64_t I = 0; I < Msgs; ++I) {
-    Send();
-    if ((I & 15) == 15)
-      tc_worker_progress(C.W);
-    if ((I & 0xffff) == 0xffff && Interrupted)
-      die("interrupted");
-  }
-  flush(C, Ep);
-  return static_cast<double>(Msgs) / secondsSince(T0);
-}
-
 void sendOrDie(tc_status_t S) {
   if (S != TC_INPROGRESS && S != TC_OK)
     die(std::string("send failed: ") + tc_status_string(S));
@@ -361,28 +329,22 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   R.N = O.Quick ? Sizes{2000, 20000, 200000, 10}
                 : Sizes{10000, 100000, 1000000, 50};
   bool Perftest = true;
-  for (size_t I = 0; I < Args.size(); ++I) {
-    const std::string &A = Args[I];
-    auto Value = [&]() {
-      if (I + 1 >= Args.size())
-        die("missing value after " + A);
-      return Args[++I];
-    };
-    if (A == "--help") {
-      std::fputs(TsiUsage, stdout);
-      return 0;
-    }
-    if (A == "--iters")
-      R.N.LatencyIters = parseCount(A, Value());
-    else if (A == "--msgs")
-      R.N.RateMsgs = parseCount(A, Value());
-    else if (A == "--trials")
-      R.N.FirstContactTrials = parseCount(A, Value());
-    else if (A == "--no-perftest")
-      Perftest = false;
-    else
-      die("tsi: unknown argument '" + A + "' (try tc-bench tsi --help)");
-  }
+  if (!walkArgs(
+          "tsi", Args, TsiUsage,
+          [&](const std::string &A, const std::function<std::string()> &Value) {
+            if (A == "--iters")
+              R.N.LatencyIters = parseCount(A, Value());
+            else if (A == "--msgs")
+              R.N.RateMsgs = parseCount(A, Value());
+            else if (A == "--trials")
+              R.N.FirstContactTrials = parseCount(A, Value());
+            else if (A == "--no-perftest")
+              Perftest = false;
+            else
+              return false;
+            return true;
+          }))
+    return 0;
   if (!R.N.LatencyIters || !R.N.RateMsgs || !R.N.FirstContactTrials)
     die("tsi: --iters, --msgs and --trials must be at least 1");
   selectTransport(O.Transport, /*Loopback=*/true);
