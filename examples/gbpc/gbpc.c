@@ -12,9 +12,10 @@
  * client-server (sockaddr) connections and sends every client a descriptor
  * (below) holding its shard bounds, the shard's address and the packed rkey.
  * The server then only progresses its worker, sleeping on the worker's event
- * fd while idle: on transports without hardware RMA (TCP, shared memory
- * under UCX 1.13) UCX emulates the client's GETs with active messages, which
- * the server's progress answers.
+ * fd while idle. How a GET travels is UCX's choice: over shared memory
+ * (posix) the client maps the server's shard and a GET is a copy from it,
+ * without the server; over TCP, which has no RMA, UCX emulates GETs with
+ * active messages that the server's progress answers.
  *
  * The client connects to every server, checks each descriptor against its
  * own --entries/--servers/--seed, then runs the chases, verifying every end
@@ -85,7 +86,7 @@ _Static_assert(sizeof(gbpc_desc_t) == 64, "descriptor layout changed");
 
 static const char *const Usage =
     "USAGE: tc-gbpc serve --listen HOST:PORT --entries N --servers S --id I\n"
-    "                     [--seed X] [-v]\n"
+    "                     [--seed X] [--spin-us US] [-v]\n"
     "       tc-gbpc chase --servers HOST:PORT[,HOST:PORT...] --entries N\n"
     "                     [--seed X] [--depth D] [--count C] [--json]\n"
     "                     [--timeout SECONDS] [-v]\n"
@@ -101,6 +102,9 @@ static const char *const Usage =
     "  --servers S         Number of servers sharing the table\n"
     "  --id I              This server's shard, 0 <= I < S\n"
     "  --seed X            Table seed (default 0x7c5eed)\n"
+    "  --spin-us US        Keep polling US microseconds after the last event\n"
+    "                      before sleeping (default 0: sleep at once;\n"
+    "                      spinning helps only with a core per process)\n"
     "  -v                  Log connections to stderr\n"
     "\n"
     "chase: connect to all servers (the i-th listed must be --id i), run C\n"
@@ -112,13 +116,13 @@ static const char *const Usage =
     "  --depth D           Hops per chase (default 1024)\n"
     "  --count C           Timed chases (default 1000; one untimed warm-up)\n"
     "  --json              Print a JSON array of records instead of a line\n"
-    "  --timeout SECONDS   Bound on connecting and on any one GET (default 10)\n"
+    "  --timeout SECONDS   Bound on connecting and on one GET (default 10)\n"
     "  -v                  Print each endpoint's UCX configuration to stderr\n"
     "\n"
     "UCX settings come from the environment (UCX_TLS, UCX_NET_DEVICES, ...).\n";
 
-static void fail(const char *Fmt, ...) __attribute__((format(printf, 1, 2),
-                                                      noreturn));
+static void fail(const char *Fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
 static void fail(const char *Fmt, ...) {
   va_list Ap;
   va_start(Ap, Fmt);
@@ -216,8 +220,7 @@ static uint16_t sockaddr_port(const struct sockaddr_storage *SS) {
 
 /* A flag's value: "--flag VALUE" or "--flag=VALUE". Advances *I past it.
  * Returns NULL if Argv[*I] is not Name. */
-static const char *flag_value(int Argc, char **Argv, int *I,
-                              const char *Name) {
+static const char *flag_value(int Argc, char **Argv, int *I, const char *Name) {
   const char *A = Argv[*I];
   size_t N = strlen(Name);
   if (strncmp(A, Name, N) != 0)
@@ -321,9 +324,9 @@ static void close_endpoints(ucp_worker_h Worker, ucp_ep_h *Eps, size_t N,
 /* One accepted client. */
 typedef struct conn {
   ucp_ep_h Ep;
-  char Peer[64];          /* client address, for -v */
-  void *Flush;            /* the first flush, until it completes */
-  ucs_status_t Error;     /* set by the error handler */
+  char Peer[64];      /* client address, for -v */
+  void *Flush;        /* the first flush, until it completes */
+  ucs_status_t Error; /* set by the error handler */
   bool Failed;
   struct conn *Next;
 } conn_t;
@@ -382,9 +385,8 @@ static void describe_client(ucp_conn_request_h Req, char *Out, size_t Size) {
   socklen_t Len = A.client_address.ss_family == AF_INET6
                       ? sizeof(struct sockaddr_in6)
                       : sizeof(struct sockaddr_in);
-  if (getnameinfo((struct sockaddr *)&A.client_address, Len, Host,
-                  sizeof Host, Serv, sizeof Serv,
-                  NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+  if (getnameinfo((struct sockaddr *)&A.client_address, Len, Host, sizeof Host,
+                  Serv, sizeof Serv, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
     snprintf(Out, Size, "%s:%s", Host, Serv);
 }
 
@@ -404,8 +406,8 @@ static void send_desc(server_t *Srv, conn_t *C) {
   memset(&RP, 0, sizeof RP);
   RP.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   RP.flags = UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_ptr_t R = ucp_am_send_nbx(C->Ep, GBPC_AM_ID, NULL, 0, Srv->Desc,
-                                       Srv->DescLen, &RP);
+  ucs_status_ptr_t R =
+      ucp_am_send_nbx(C->Ep, GBPC_AM_ID, NULL, 0, Srv->Desc, Srv->DescLen, &RP);
   if (UCS_PTR_IS_ERR(R)) {
     C->Failed = true;
     C->Error = UCS_PTR_STATUS(R);
@@ -595,7 +597,8 @@ static int run_serve(int Argc, char **Argv) {
   ucp_mem_map_params_t MP;
   memset(&MP, 0, sizeof MP);
   MP.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                  UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+                  UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                  UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   MP.address = NULL;
   MP.length = (Hi - Lo) * sizeof(uint64_t);
   MP.flags = UCP_MEM_MAP_ALLOCATE;
@@ -623,9 +626,16 @@ static int run_serve(int Argc, char **Argv) {
   unsigned char *Desc = malloc(DescLen);
   if (!Desc)
     fail("out of memory");
-  gbpc_desc_t D = {GBPC_MAGIC, GBPC_VERSION, Me,  S,
-                   Entries,    Seed,         Lo,  Hi,
-                   (uint64_t)(uintptr_t)Shard, RkeyLen};
+  gbpc_desc_t D = {.magic = GBPC_MAGIC,
+                   .version = GBPC_VERSION,
+                   .id = Me,
+                   .servers = S,
+                   .entries = Entries,
+                   .seed = Seed,
+                   .lo = Lo,
+                   .hi = Hi,
+                   .base = (uint64_t)(uintptr_t)Shard,
+                   .rkey_len = RkeyLen};
   memcpy(Desc, &D, sizeof D);
   memcpy(Desc + sizeof D, RkeyBuf, RkeyLen);
   Srv.Desc = Desc;
@@ -633,8 +643,8 @@ static int run_serve(int Argc, char **Argv) {
 
   ucp_listener_params_t LP;
   memset(&LP, 0, sizeof LP);
-  LP.field_mask =
-      UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  LP.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                  UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   LP.sockaddr.addr = (const struct sockaddr *)&SS;
   LP.sockaddr.addrlen = SSLen;
   LP.conn_handler.cb = on_conn_request;
@@ -650,7 +660,8 @@ static int run_serve(int Argc, char **Argv) {
   if ((St = ucp_worker_get_efd(Srv.Worker, &Efd)) != UCS_OK)
     fail("ucp_worker_get_efd: %s", ucs_status_string(St));
   if (strchr(Host, ':'))
-    printf("tc-gbpc: listening on [%s]:%u\n", Host, sockaddr_port(&LA.sockaddr));
+    printf("tc-gbpc: listening on [%s]:%u\n", Host,
+           sockaddr_port(&LA.sockaddr));
   else
     printf("tc-gbpc: listening on %s:%u\n", Host, sockaddr_port(&LA.sockaddr));
   fflush(stdout);
@@ -693,14 +704,15 @@ static int run_serve(int Argc, char **Argv) {
 
   /* Shut down: no new clients, tell connected ones, release everything. */
   if (Verbose)
-    fprintf(stderr, "tc-gbpc: %s, served %" PRIu64 " clients\n",
+    fprintf(stderr, "tc-gbpc: %s; clients served: %" PRIu64 "\n",
             strsignal(StopSignal), Srv.Accepted);
-  ucp_listener_destroy(Srv.Listener);
   while (Srv.Pending) {
     pending_t *P = Srv.Pending;
     Srv.Pending = P->Next;
-    free(P); /* Never accepted: ucp_worker_destroy() releases it. */
+    ucp_listener_reject(Srv.Listener, P->Req);
+    free(P);
   }
+  ucp_listener_destroy(Srv.Listener);
   size_t N = 0;
   for (conn_t *C = Srv.Conns; C; C = C->Next)
     ++N;
@@ -732,7 +744,7 @@ static int run_serve(int Argc, char **Argv) {
 
 /* One server as the client sees it. */
 typedef struct peer {
-  char Addr[300];         /* HOST:PORT as given */
+  char Addr[300]; /* HOST:PORT as given */
   ucp_ep_h Ep;
   ucp_rkey_h Rkey;
   gbpc_desc_t Desc;
@@ -887,6 +899,11 @@ static uint64_t chase(ucp_worker_h Worker, peer_t *Peers, uint32_t Servers,
       }
       ucp_request_free(R);
     }
+    /* Over shared memory a GET is a load from the server's mapped shard
+     * and succeeds even once the server is gone; UCX's keepalive still
+     * notices, and then the chase must not go on as if nothing happened. */
+    if (St == UCS_OK && Pe->Failed)
+      St = Pe->Error;
     if (St != UCS_OK)
       fail("chase %" PRIu64 ": GET of entry %" PRIu64
            " from server %u at %s failed: %s",
@@ -976,9 +993,9 @@ static int run_chase(int Argc, char **Argv) {
   memset(&Cl, 0, sizeof Cl);
   ucp_am_handler_param_t HP;
   memset(&HP, 0, sizeof HP);
-  HP.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                  UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  HP.field_mask =
+      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
   HP.id = GBPC_AM_ID;
   HP.flags = UCP_AM_FLAG_WHOLE_MSG;
   HP.cb = on_desc;
