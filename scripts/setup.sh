@@ -13,6 +13,8 @@ PACKAGES=(
   libucx-dev ucx-utils
   # tests (iproute2: network namespaces for the multi-host benchmark test)
   libgtest-dev iproute2
+  # scripts/plot.py (Debian's /usr/bin/python3; never pip)
+  python3-matplotlib
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
 )
