@@ -49,9 +49,12 @@ static bool hasCodeHeader(const Frame &F) {
 }
 
 void encodeFrameHeader(const Frame &F, std::string &H) {
+  char Buf[FrameCodeHeaderSize];
+  H.assign(Buf, encodeFrameHeader(F, Buf));
+}
+
+size_t encodeFrameHeader(const Frame &F, char *P) {
   bool Code = hasCodeHeader(F);
-  H.assign(Code ? FrameCodeHeaderSize : FrameHeaderSize, '\0');
-  char *P = H.data();
   P[0] = FrameMagic0;
   P[1] = FrameMagic1;
   P[2] = FrameVersion;
@@ -68,10 +71,11 @@ void encodeFrameHeader(const Frame &F, std::string &H) {
                    : F.Type == FrameType::RegionData ? F.Data.size()
                                                      : 0;
   endian::write64le(P + 16, First);
-  if (Code) {
-    std::copy(F.Hash.begin(), F.Hash.end(), P + 24);
-    endian::write64le(P + 56, F.Archive.size());
-  }
+  if (!Code)
+    return FrameHeaderSize;
+  std::copy(F.Hash.begin(), F.Hash.end(), P + 24);
+  endian::write64le(P + 56, F.Archive.size());
+  return FrameCodeHeaderSize;
 }
 
 std::string encodeFrame(const Frame &F) {

@@ -13,6 +13,7 @@
 #include "tc/Archive.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -80,9 +81,12 @@ struct Frame {
 constexpr size_t FrameHeaderSize = 24;
 constexpr size_t FrameCodeHeaderSize = FrameHeaderSize + 32 + 8;
 
-/// Encodes \p F's header (the active message header) into \p Header. The
-/// body that goes with it is Payload then Archive (Invoke, Code) or Message
-/// (Error) or Data (RegionData).
+/// Encodes \p F's header (the active message header) into \p Out, which
+/// has room for FrameCodeHeaderSize bytes; returns its size. The body that
+/// goes with it is Payload then Archive (Invoke, Code) or Message (Error)
+/// or Data (RegionData).
+size_t encodeFrameHeader(const Frame &F, char *Out);
+/// The same into a string.
 void encodeFrameHeader(const Frame &F, std::string &Header);
 
 /// Encodes a whole frame (header then body) into one buffer.
@@ -91,6 +95,55 @@ std::string encodeFrame(const Frame &F);
 /// Decodes a frame from its header bytes and body bytes. The body may be
 /// empty or absent for types that have none.
 llvm::Expected<Frame> decodeFrame(llvm::StringRef Header, llvm::StringRef Body);
+
+/// The frames of steady state: an Invoke without code or a LocalInvoke,
+/// whose payload is the whole body.
+struct SmallInvoke {
+  FrameType Type = FrameType::Invoke;
+  uint32_t Seq = 0;
+  uint32_t CodeId = 0;
+};
+
+/// The send fast path: writes the FrameHeaderSize-byte header of a
+/// SmallInvoke with a payload of \p PayloadSize bytes (what
+/// encodeFrameHeader writes for the same frame).
+inline void encodeSmallInvoke(const SmallInvoke &I, uint64_t PayloadSize,
+                              char *P) {
+  namespace endian = llvm::support::endian;
+  P[0] = char(FrameMagic0);
+  P[1] = char(FrameMagic1);
+  P[2] = char(FrameVersion);
+  P[3] = char(I.Type);
+  endian::write32le(P + 4, I.Seq);
+  endian::write32le(P + 8, I.CodeId);
+  endian::write32le(P + 12, 0);
+  endian::write64le(P + 16, PayloadSize);
+}
+
+/// The receive fast path: true, with \p I filled in, when \p Header and
+/// \p Body are a SmallInvoke (the payload is then \p Body). False for every
+/// other frame, valid or not, which is decodeFrame()'s to judge; whatever
+/// this accepts, decodeFrame() accepts with the same fields.
+inline bool decodeSmallInvoke(llvm::StringRef Header, llvm::StringRef Body,
+                              SmallInvoke &I) {
+  namespace endian = llvm::support::endian;
+  if (Header.size() != FrameHeaderSize)
+    return false;
+  const char *P = Header.data();
+  uint8_t Type = uint8_t(P[3]);
+  // Flags are zero (Invoke: no FrameHasCode, no unknown bit; LocalInvoke:
+  // none) and the payload length is the body's.
+  if (uint8_t(P[0]) != FrameMagic0 || uint8_t(P[1]) != FrameMagic1 ||
+      uint8_t(P[2]) != FrameVersion ||
+      (Type != uint8_t(FrameType::Invoke) &&
+       Type != uint8_t(FrameType::LocalInvoke)) ||
+      endian::read32le(P + 12) != 0 || endian::read64le(P + 16) != Body.size())
+    return false;
+  I.Type = FrameType(Type);
+  I.Seq = endian::read32le(P + 4);
+  I.CodeId = endian::read32le(P + 8);
+  return true;
+}
 
 /// Decodes a frame stored as one buffer (header then body).
 llvm::Expected<Frame> decodeFrame(llvm::StringRef Bytes);

@@ -165,23 +165,41 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
 
 void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
                         unique_function<void(Error)> Done) {
-  // The transport copies what it must keep, so both buffers are reused: no
-  // allocation per frame on the hot path.
-  HeaderBuf.clear();
-  encodeFrameHeader(F, HeaderBuf);
+  // The transport copies what it must keep past send(): the header lives
+  // on the stack, no allocation per frame on the hot path.
+  char Header[FrameCodeHeaderSize];
+  size_t Size = encodeFrameHeader(F, Header);
   ++Counters.FramesSent;
-  Counters.BytesSent += HeaderBuf.size() + Body.size();
-  T->send(C, HeaderBuf, Body, std::move(Done));
+  Counters.BytesSent += Size + Body.size();
+  T->send(C, StringRef(Header, Size), Body, std::move(Done));
+}
+
+void Runtime::sendSmall(ConnId C, const SmallInvoke &I, StringRef Payload,
+                        unique_function<void(Error)> Done) {
+  char Header[FrameHeaderSize];
+  encodeSmallInvoke(I, Payload.size(), Header);
+  ++Counters.FramesSent;
+  Counters.BytesSent += FrameHeaderSize + Payload.size();
+  T->send(C, StringRef(Header, FrameHeaderSize), Payload, std::move(Done));
 }
 
 void Runtime::send(ConnId C, const Message &M,
                    unique_function<void(Error)> Done) {
   Conn &S = conn(C);
+  if (S.LastSent == M.Code && !Opts.AlwaysShipCode) {
+    sendSmall(C, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+              M.Payload, std::move(Done));
+    return;
+  }
   Frame F;
   F.Type = FrameType::Invoke;
   F.Seq = S.NextSeq++;
   F.Payload = M.Payload;
   auto It = S.SentCode.find(M.Code->Hash);
+  if (It != S.SentCode.end()) {
+    S.LastSent = M.Code;
+    S.LastSentId = It->second;
+  }
   if (It != S.SentCode.end() && !Opts.AlwaysShipCode) {
     F.CodeId = It->second;
     sendFrame(C, F, M.Payload, std::move(Done));
@@ -282,6 +300,8 @@ static WireStatus statusOf(LoadFailure K) {
 }
 
 void Runtime::touch(const ArchiveHash &H) {
+  if (!LRU.empty() && LRU.front() == H)
+    return; // The common case: the same code again.
   auto It = std::find(LRU.begin(), LRU.end(), H);
   if (It != LRU.end())
     LRU.splice(LRU.begin(), LRU, It);
@@ -295,17 +315,32 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
   if (const LoadedIfunc *L = Jit->find(F.Hash)) {
     // Identity already loaded (from another connection, preloaded, or
     // resent): the hash names it, so the archive need not be parsed again.
-    conn(C).Known[F.CodeId] = F.Hash;
-    conn(C).Requested.erase(F.CodeId);
+    know(conn(C), F.CodeId, *L);
     touch(F.Hash);
     return L;
   }
   Expected<const LoadedIfunc *> L = loadArchive(F.Archive, &F.Hash, Why);
   if (!L)
     return L.takeError();
-  conn(C).Known[F.CodeId] = (*L)->Hash;
-  conn(C).Requested.erase(F.CodeId);
+  know(conn(C), F.CodeId, **L);
   return L;
+}
+
+void Runtime::know(Conn &S, uint32_t Id, const LoadedIfunc &L) {
+  KnownCode &K = S.Known[Id];
+  if (K.Code != &L)
+    K = KnownCode{L.Hash, &L, ArgsSlot()};
+  S.Requested.erase(Id);
+}
+
+void *Runtime::targetArgs(StringRef Name, ArgsSlot &Slot) {
+  if (Slot.Generation != ArgsGeneration) {
+    auto Named = NamedTargetArgs.find(Name);
+    Slot.Args =
+        Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
+    Slot.Generation = ArgsGeneration;
+  }
+  return Slot.Args;
 }
 
 Expected<const LoadedIfunc *> Runtime::preload(StringRef Bytes) {
@@ -386,34 +421,33 @@ void Runtime::evict(const ArchiveHash &Which) {
   LRU.remove(H);
   for (auto &KV : Conns)
     for (auto It = KV.second.Known.begin(); It != KV.second.Known.end();)
-      It = It->second == H ? KV.second.Known.erase(It) : std::next(It);
+      if (It->second.Hash == H)
+        KV.second.Known.erase(It++); // DenseMap: erase keeps others valid.
+      else
+        ++It;
   ++Counters.Evictions;
   event("evicted " + toHex(H).substr(0, 16));
 }
 
-void Runtime::callMain(ConnId C, IfuncMainFn Main, StringRef Name,
+void Runtime::callMain(ConnId C, IfuncMainFn Main, void *Args,
                        StringRef Payload) {
   // Give the function an aligned, writable copy: the transport's buffer may
-  // be neither.
-  static thread_local std::vector<std::max_align_t> Scratch;
-  size_t Words = (Payload.size() + sizeof(std::max_align_t) - 1) /
-                 sizeof(std::max_align_t);
-  if (Scratch.size() < Words)
-    Scratch.resize(Words);
-  std::vector<std::max_align_t> Local;
-  std::max_align_t *Buf = Scratch.data();
-  // The function may re-enter the runtime and receive another frame; a
-  // nested call must not overwrite this payload.
-  static thread_local int Depth = 0;
-  if (Depth > 0) {
-    Local.resize(Words);
-    Buf = Local.data();
+  // be neither. The function may re-enter the runtime and receive another
+  // frame: that one gets the next level's buffer, so this payload stays.
+  alignas(std::max_align_t) char Small[128];
+  void *Buf = Small;
+  if (Payload.size() > sizeof Small) {
+    size_t Words = (Payload.size() + sizeof(std::max_align_t) - 1) /
+                   sizeof(std::max_align_t);
+    if (Scratch.size() <= Depth)
+      Scratch.resize(Depth + 1);
+    std::vector<std::max_align_t> &Level = Scratch[Depth];
+    if (Level.size() < Words)
+      Level.resize(Words);
+    Buf = Level.data();
   }
   if (!Payload.empty())
     std::memcpy(Buf, Payload.data(), Payload.size());
-  auto Named = NamedTargetArgs.find(Name);
-  void *Args =
-      Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
   ++Depth;
   ConnId Outer = Current;
   Current = C;
@@ -423,79 +457,85 @@ void Runtime::callMain(ConnId C, IfuncMainFn Main, StringRef Name,
   ++Counters.Executed;
 }
 
-void Runtime::runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L) {
-  callMain(C, L.Main, L.Name, F.Payload);
-}
-
 Error Runtime::registerLocal(StringRef Name, IfuncMainFn Fn) {
   uint32_t Id = localFunctionId(Name);
-  auto [It, New] = Locals.try_emplace(Id, Name.str(), Fn);
-  if (!New && It->second.first != Name)
+  auto [It, New] = Locals.try_emplace(Id, LocalFn{Name.str(), Fn, ArgsSlot()});
+  if (!New && It->second.Name != Name)
     return createStringError("local function '%s' has the same id as '%s'",
-                             Name.str().c_str(), It->second.first.c_str());
-  It->second.second = Fn;
+                             Name.str().c_str(), It->second.Name.c_str());
+  It->second.Fn = Fn;
   return Error::success();
 }
 
 void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
                         unique_function<void(Error)> Done) {
   Conn &S = conn(C);
-  Frame F;
-  F.Type = FrameType::LocalInvoke;
-  F.Seq = S.NextSeq++;
-  F.CodeId = localFunctionId(Name);
-  F.Payload = Payload;
-  sendFrame(C, F, Payload, std::move(Done));
+  sendSmall(C,
+            SmallInvoke{FrameType::LocalInvoke, S.NextSeq++,
+                        localFunctionId(Name)},
+            Payload, std::move(Done));
 }
 
-bool Runtime::handle(ConnId C, const Frame &F) {
-  Conn &S = conn(C);
+bool Runtime::runSmall(ConnId C, Conn &S, const SmallInvoke &I,
+                       StringRef Payload) {
+  if (I.Type == FrameType::Invoke) {
+    auto K = S.Known.find(I.CodeId);
+    if (K == S.Known.end())
+      return false;
+    ++Counters.Received;
+    ++Counters.CacheHits;
+    const LoadedIfunc &L = *K->second.Code;
+    touch(L.Hash);
+    callMain(C, L.Main, targetArgs(L.Name, K->second.Args), Payload);
+    return true;
+  }
+  auto It = Locals.find(I.CodeId);
+  if (It == Locals.end())
+    return false;
+  ++Counters.Received;
+  LocalFn &Fn = It->second;
+  callMain(C, Fn.Fn, targetArgs(Fn.Name, Fn.Args), Payload);
+  return true;
+}
+
+bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
+  // S may be gone once a function ran (it can re-enter and see C close):
+  // nothing below uses it after a call.
   switch (F.Type) {
   case FrameType::Invoke: {
-    ++Counters.Received;
-    const LoadedIfunc *L = nullptr;
     if (F.Flags & FrameHasCode) {
+      ++Counters.Received;
       WireStatus Why = WireStatus::JitFailed;
       Expected<const LoadedIfunc *> Got = admitCode(C, F, Why);
       if (!Got) {
         sendError(C, F, Why, toString(Got.takeError()));
         return true;
       }
-      L = *Got;
-    } else {
-      auto K = S.Known.find(F.CodeId);
-      if (K != S.Known.end())
-        L = Jit->find(K->second);
-      if (!L) {
-        --Counters.Received; // Counted again when it runs.
-        if (S.Requested.insert(F.CodeId).second) {
-          ++Counters.CodeRequests;
-          event(formatv("code id {0} unknown: requesting it", F.CodeId));
-          Frame R;
-          R.Type = FrameType::CodeRequest;
-          R.Seq = F.Seq;
-          R.CodeId = F.CodeId;
-          sendFrame(C, R, StringRef(), nullptr);
-        }
-        return false;
-      }
-      ++Counters.CacheHits;
-      touch(L->Hash);
-    }
-    runInvoke(C, F, *L);
-    return true;
-  }
-  case FrameType::LocalInvoke: {
-    ++Counters.Received;
-    auto It = Locals.find(F.CodeId);
-    if (It == Locals.end()) {
-      sendError(C, F, WireStatus::UnknownLocal,
-                formatv("no local function with id {0:x}", F.CodeId).str());
+      KnownCode &K = S.Known[F.CodeId];
+      callMain(C, (*Got)->Main, targetArgs((*Got)->Name, K.Args), F.Payload);
       return true;
     }
-    callMain(C, It->second.second, It->second.first, F.Payload);
-    return true;
+    if (runSmall(C, S, SmallInvoke{F.Type, F.Seq, F.CodeId}, F.Payload))
+      return true;
+    // Code we do not have: ask for it (once) and wait.
+    if (S.Requested.insert(F.CodeId).second) {
+      ++Counters.CodeRequests;
+      event(formatv("code id {0} unknown: requesting it", F.CodeId));
+      Frame R;
+      R.Type = FrameType::CodeRequest;
+      R.Seq = F.Seq;
+      R.CodeId = F.CodeId;
+      sendFrame(C, R, StringRef(), nullptr);
+    }
+    return false;
   }
+  case FrameType::LocalInvoke:
+    if (!runSmall(C, S, SmallInvoke{F.Type, F.Seq, F.CodeId}, F.Payload)) {
+      ++Counters.Received;
+      sendError(C, F, WireStatus::UnknownLocal,
+                formatv("no local function with id {0:x}", F.CodeId).str());
+    }
+    return true;
   case FrameType::Fence: {
     Frame R;
     R.Type = FrameType::FenceDone;
@@ -532,7 +572,7 @@ void Runtime::drain(ConnId C) {
       It->second.Queue.pop_front();
       continue;
     }
-    if (!handle(C, *F)) {
+    if (!handle(C, It->second, *F)) {
       It->second.Queue.front() = std::move(P);
       return;
     }
@@ -543,6 +583,13 @@ void Runtime::drain(ConnId C) {
 }
 
 void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
+  // Steady state: a message for code that is here, nothing queued before it.
+  SmallInvoke I;
+  if (decodeSmallInvoke(Header, Body, I)) {
+    Conn &S = conn(C);
+    if (S.Queue.empty() && runSmall(C, S, I, Body))
+      return;
+  }
   Expected<Frame> FOr = decodeFrame(Header, Body);
   if (!FOr) {
     std::string Msg = toString(FOr.takeError());
@@ -565,11 +612,8 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
   case FrameType::LocalInvoke:
   case FrameType::Fence:
   case FrameType::RegionRead:
-    if (!S.Queue.empty() || !handle(C, F)) {
-      Pending P;
-      P.Bytes = Header.str() + Body.str();
-      conn(C).Queue.push_back(std::move(P));
-    }
+    if (!S.Queue.empty() || !handle(C, S, F))
+      conn(C).Queue.push_back(Pending{Header.str() + Body.str()});
     return;
   case FrameType::Code: {
     WireStatus Why = WireStatus::JitFailed;
@@ -666,6 +710,7 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
     auto Fences = std::move(It->second.Fences);
     auto Reads = std::move(It->second.Reads);
     Conns.erase(It);
+    LastConn = nullptr;
     for (auto &KV : Fences)
       if (KV.second)
         KV.second(createStringError("connection closed: " + Why));

@@ -31,6 +31,7 @@
 #include "Jit.h"
 #include "Transport.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/FunctionExtras.h"
 
 #include <deque>
@@ -174,13 +175,17 @@ public:
   //--- Target side ----------------------------------------------------===//
 
   /// target_args passed to NAME_main: per ifunc name, else the default.
-  void setTargetArgs(void *Args) { Opts.TargetArgs = Args; }
+  void setTargetArgs(void *Args) {
+    Opts.TargetArgs = Args;
+    ++ArgsGeneration;
+  }
   void setRegion(const void *Region, size_t Size) {
     Opts.Region = Region;
     Opts.RegionSize = Size;
   }
   void setTargetArgs(llvm::StringRef Name, void *Args) {
     NamedTargetArgs[Name.str()] = Args;
+    ++ArgsGeneration;
   }
 
   /// Registers a function linked into this process for LocalInvoke
@@ -230,11 +235,34 @@ private:
   struct Pending {
     std::string Bytes; ///< Header + body, owned; decoded again when run.
   };
+  /// target_args for one function name, looked up once per change of any
+  /// target_args (not once per message).
+  struct ArgsSlot {
+    void *Args = nullptr;
+    uint64_t Generation = 0; ///< ArgsGeneration it was looked up in; 0: never.
+  };
+  /// A code id a target knows on a connection: the identity, its loaded
+  /// code (valid until evict(), which forgets this entry) and its args.
+  struct KnownCode {
+    ArchiveHash Hash{};
+    const LoadedIfunc *Code = nullptr;
+    ArgsSlot Args;
+  };
+  /// A function registered with registerLocal.
+  struct LocalFn {
+    std::string Name;
+    IfuncMainFn Fn = nullptr;
+    ArgsSlot Args;
+  };
   /// What one side knows about one connection.
   struct Conn {
     // As a sender.
     std::map<ArchiveHash, uint32_t> SentCode; ///< identity -> code id
     std::map<uint32_t, std::shared_ptr<const Ifunc>> ById;
+    /// The ifunc last sent here and its code id: a run of messages of one
+    /// ifunc skips the SentCode lookup. Held, so its address is not reused.
+    std::shared_ptr<const Ifunc> LastSent;
+    uint32_t LastSentId = 0;
     uint32_t NextCodeId = 1;
     uint32_t NextSeq = 1;
     std::map<uint32_t, llvm::unique_function<void(llvm::Error)>> Fences;
@@ -242,12 +270,21 @@ private:
              llvm::unique_function<void(llvm::Expected<std::string>)>>
         Reads;
     // As a target.
-    std::map<uint32_t, ArchiveHash> Known; ///< code id -> identity
+    llvm::DenseMap<uint32_t, KnownCode> Known; ///< by code id
     std::set<uint32_t> Requested;          ///< code ids asked for
     std::deque<Pending> Queue;             ///< frames waiting, in order
   };
 
-  Conn &conn(ConnId C) { return Conns[C]; }
+  /// The state of connection \p C (created on first use). The last one
+  /// looked up is remembered: a burst of frames on one connection costs one
+  /// hash lookup.
+  Conn &conn(ConnId C) {
+    if (C != LastConnId || !LastConn) {
+      LastConn = &Conns[C];
+      LastConnId = C;
+    }
+    return *LastConn;
+  }
   void sendFrame(ConnId C, const Frame &F, llvm::StringRef Body,
                  llvm::unique_function<void(llvm::Error)> Done);
   void sendError(ConnId C, const Frame &About, WireStatus S,
@@ -255,7 +292,13 @@ private:
   void event(const llvm::Twine &Msg);
 
   /// Handles one frame; returns false if it must wait for code (queued).
-  bool handle(ConnId C, const Frame &F);
+  bool handle(ConnId C, Conn &S, const Frame &F);
+  /// Runs \p I if its code is here (Invoke) or registered (LocalInvoke);
+  /// false otherwise, having done nothing.
+  bool runSmall(ConnId C, Conn &S, const SmallInvoke &I,
+                llvm::StringRef Payload);
+  void sendSmall(ConnId C, const SmallInvoke &I, llvm::StringRef Payload,
+                 llvm::unique_function<void(llvm::Error)> Done);
   void drain(ConnId C);
   /// Verifies, admits and loads an archive; records the code id.
   llvm::Expected<const LoadedIfunc *> admitCode(ConnId C, const Frame &F,
@@ -264,8 +307,11 @@ private:
   llvm::Expected<const LoadedIfunc *>
   loadArchive(llvm::StringRef Bytes, const ArchiveHash *Claimed,
               WireStatus &Why);
-  void runInvoke(ConnId C, const Frame &F, const LoadedIfunc &L);
-  void callMain(ConnId C, IfuncMainFn Main, llvm::StringRef Name,
+  /// Records code id \p Id on \p S as naming loaded code \p L.
+  void know(Conn &S, uint32_t Id, const LoadedIfunc &L);
+  /// The target_args for \p Name, through \p Slot.
+  void *targetArgs(llvm::StringRef Name, ArgsSlot &Slot);
+  void callMain(ConnId C, IfuncMainFn Main, void *Args,
                 llvm::StringRef Payload);
   void touch(const ArchiveHash &H);
 
@@ -274,14 +320,22 @@ private:
   std::shared_ptr<JitEngine> Jit;
   std::map<std::string, std::shared_ptr<const Ifunc>> Registered;
   std::map<ArchiveHash, std::weak_ptr<SourceCode>> SourceCodes;
-  std::unordered_map<ConnId, Conn> Conns;
+  std::unordered_map<ConnId, Conn> Conns; ///< Nodes: references stay valid.
+  ConnId LastConnId = 0;
+  Conn *LastConn = nullptr; ///< conn()'s memo; reset when Conns shrinks.
   std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
   std::list<ArchiveHash> LRU; ///< front: most recently used
   std::map<std::string, void *, std::less<>> NamedTargetArgs;
-  std::map<uint32_t, std::pair<std::string, IfuncMainFn>> Locals;
+  uint64_t ArgsGeneration = 1; ///< Bumped by every setTargetArgs.
+  llvm::DenseMap<uint32_t, LocalFn> Locals; ///< by localFunctionId
+  /// Aligned copies of payloads over 128 bytes (smaller ones go on the
+  /// stack) for NAME_main; one per nesting level (an ifunc that re-enters
+  /// progress() runs the next one a level deeper).
+  std::vector<std::vector<std::max_align_t>> Scratch;
+  unsigned Depth = 0;
   RuntimeCounters Counters;
   ConnId Current = 0;
-  std::string HeaderBuf, BodyBuf; ///< Reused by sendFrame/send.
+  std::string BodyBuf; ///< Reused by send() for payload + archive.
   llvm::unique_function<void(const RemoteError &)> RemoteErrorCB;
   llvm::unique_function<void(ConnId)> AcceptCB;
   llvm::unique_function<void(ConnId, llvm::StringRef)> DisconnectCB;

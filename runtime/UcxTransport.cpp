@@ -148,6 +148,22 @@ private:
   };
 
   UcxTransport() = default;
+  /// The connection \p C, or null. Remembers the last one found: frames
+  /// come in runs on one connection.
+  Conn *findConn(ConnId C) {
+    if (C == MemoId && MemoConn)
+      return MemoConn;
+    auto It = Conns.find(C);
+    if (It == Conns.end())
+      return nullptr;
+    MemoId = C;
+    return MemoConn = &It->second;
+  }
+  void eraseConn(std::map<ConnId, Conn>::iterator It) {
+    if (MemoConn == &It->second)
+      MemoConn = nullptr;
+    Conns.erase(It);
+  }
   ConnId addConn(ucp_ep_h Ep, std::string Peer);
   Expected<ConnId> createEp(ucp_ep_params_t &P, std::string Peer);
   void closeEp(ucp_ep_h Ep, bool Force);
@@ -182,7 +198,9 @@ private:
   ucp_listener_h Listener = nullptr;
   int WakeFd = -1;
   TransportHandler *Handler = nullptr;
-  std::map<ConnId, Conn> Conns;
+  std::map<ConnId, Conn> Conns; ///< Erased only through eraseConn().
+  ConnId MemoId = 0;
+  Conn *MemoConn = nullptr;
   DenseMap<ucp_ep_h, ConnId> ByEp;
   ConnId NextConn = 1;
   /// Work to report from the next progress(): send completions (an empty
@@ -430,8 +448,8 @@ void UcxTransport::onSendDone(void *Req, ucs_status_t S, void *User) {
 
 void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
                         unique_function<void(Error)> Done) {
-  auto It = Conns.find(C);
-  if (It == Conns.end() || !It->second.Ep) {
+  Conn *Co = findConn(C);
+  if (!Co || !Co->Ep) {
     complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
@@ -439,20 +457,23 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
   // the caller's buffers, with nothing allocated. Only small ones: UCX 1.13
   // with FORCE_IMM_CMPL picks a short protocol for frames beyond the shared
   // memory transport's short limit (100 bytes) and fails them.
-  ucp_request_param_t P{};
+  // UCX reads only the fields op_attr_mask names: no need to clear the rest.
+  ucp_request_param_t P;
   ucs_status_ptr_t R;
   if (Header.size() + Body.size() <= FastPathBytes) {
     P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
     P.flags = UCP_AM_SEND_FLAG_REPLY;
-    R = ucp_am_send_nbx(It->second.Ep, TcAmId, Header.data(), Header.size(),
+    R = ucp_am_send_nbx(Co->Ep, TcAmId, Header.data(), Header.size(),
                         Body.data(), Body.size(), &P);
     if (R == nullptr) {
-      complete(std::move(Done), "");
+      Activity = true;
+      if (Done)
+        complete(std::move(Done), "");
       return;
     }
     if (UCS_PTR_IS_ERR(R) && UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE) {
       complete(std::move(Done), formatv("send to {0} failed: {1}",
-                                        It->second.Peer,
+                                        Co->Peer,
                                         ucs_status_string(UCS_PTR_STATUS(R)))
                                     .str());
       return;
@@ -470,14 +491,14 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
   P.flags = UCP_AM_SEND_FLAG_REPLY;
   P.cb.send = &UcxTransport::onSendDone;
   P.user_data = Op;
-  R = ucp_am_send_nbx(It->second.Ep, TcAmId, Op->Header.data(),
+  R = ucp_am_send_nbx(Co->Ep, TcAmId, Op->Header.data(),
                       Op->Header.size(), Op->Body.data(), Op->Body.size(), &P);
   if (R == nullptr) {
     complete(std::move(Op->Done), "");
     delete Op;
   } else if (UCS_PTR_IS_ERR(R)) {
     complete(std::move(Op->Done),
-             formatv("send to {0} failed: {1}", It->second.Peer,
+             formatv("send to {0} failed: {1}", Co->Peer,
                      ucs_status_string(UCS_PTR_STATUS(R)))
                  .str());
     delete Op;
@@ -516,7 +537,7 @@ void UcxTransport::disconnect(ConnId C) {
     closeEp(It->second.Ep, /*Force=*/false);
   else if (It->second.Ep)
     ByEp.erase(It->second.Ep);
-  Conns.erase(It);
+  eraseConn(It);
   llvm::erase_if(Lost, [&](const std::pair<ConnId, std::string> &L) {
     return L.first == C;
   });
@@ -625,7 +646,7 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     return UCS_OK; // Not one of ours: tc always asks for a reply ep.
   ucp_ep_h Ep = Param->reply_ep;
   // A frame racing our disconnect(): its connection is gone.
-  if (T->ClosingEps.count(Ep))
+  if (!T->ClosingEps.empty() && T->ClosingEps.count(Ep))
     return UCS_OK;
   ConnId C;
   auto Known = T->ByEp.find(Ep);
@@ -637,7 +658,8 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     T->Conns[C].Owned = false;
     T->Handler->onAccept(C);
   }
-  Conn &Co = T->Conns[C];
+  Conn *Found = T->findConn(C);
+  Conn &Co = Found ? *Found : T->Conns[C];
   StringRef H(static_cast<const char *>(Header), HeaderLen);
   bool Rndv = Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
   if (!Rndv && Co.Queue.empty()) {
@@ -669,9 +691,10 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
 }
 
 bool UcxTransport::progress() {
-  Activity = false;
-  while (ucp_worker_progress(Worker))
-    Activity = true;
+  // One pass, as ucp_worker_progress users do: a caller that got `true`
+  // calls again. Looping here until UCX is quiet would add a whole poll of
+  // every transport to each message's latency.
+  Activity = ucp_worker_progress(Worker) != 0;
   // Callbacks may send or disconnect, queueing more: loop until quiet.
   while (!Completions.empty() || !Lost.empty()) {
     while (!Completions.empty()) {
@@ -696,13 +719,14 @@ bool UcxTransport::progress() {
       for (SendOp *Op : Sending)
         if (Op->Conn == L.first && Op->Done)
           Late.push_back(std::exchange(Op->Done, nullptr));
-      Conns.erase(It);
+      eraseConn(It);
       for (auto &Done : Late)
         Done(createStringError(L.second));
       Handler->onDisconnect(L.first, L.second);
     }
   }
-  reapClosing();
+  if (!Closing.empty())
+    reapClosing();
   return Activity;
 }
 

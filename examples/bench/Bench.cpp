@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <regex>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -187,6 +188,28 @@ std::string defaultIfuncPath() {
   return Dir.substr(0, Dir.rfind('/')) + "/ifuncs";
 }
 
+int ServerCpu = -1, ClientCpu = -1;
+
+bool pinClientAndServer(bool Enable) {
+  ServerCpu = ClientCpu = -1;
+  cpu_set_t Set;
+  if (!Enable || sched_getaffinity(0, sizeof Set, &Set) != 0 ||
+      CPU_COUNT(&Set) < 2)
+    return false;
+  int Found[2], N = 0;
+  for (int Cpu = 0; Cpu < CPU_SETSIZE && N < 2; ++Cpu)
+    if (CPU_ISSET(Cpu, &Set))
+      Found[N++] = Cpu;
+  cpu_set_t Mine;
+  CPU_ZERO(&Mine);
+  CPU_SET(Found[1], &Mine);
+  if (sched_setaffinity(0, sizeof Mine, &Mine) != 0)
+    return false;
+  ServerCpu = Found[0];
+  ClientCpu = Found[1];
+  return true;
+}
+
 Child startServer(const std::vector<std::string> &Argv,
                   const std::string &Netns, const std::string &Name) {
   std::vector<std::string> Full;
@@ -206,6 +229,12 @@ Child startServer(const std::vector<std::string> &Argv,
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != Parent)
       _exit(1);
+    if (ServerCpu >= 0) {
+      cpu_set_t Set;
+      CPU_ZERO(&Set);
+      CPU_SET(ServerCpu, &Set);
+      sched_setaffinity(0, sizeof Set, &Set);
+    }
     dup2(Pipe[1], STDOUT_FILENO);
     std::vector<char *> A;
     for (const std::string &S : Full)
@@ -519,6 +548,8 @@ COMMON OPTIONS:
   --ifunc-path DIR     Where the example archives are (default: ../ifuncs
                        next to this binary, or $TC_IFUNC_PATH)
   --quiet              No progress lines on stderr
+  --no-pin             tsi/sss/iput: do not pin server and client to two
+                       CPUs (by default they are, as ucx_perftest -c is)
   --help, --version
 
 Run `tc-bench SCENARIO --help` for a scenario's own options.
@@ -570,6 +601,8 @@ int main(int Argc, char **Argv) {
       O.IfuncPath = Value(A);
     else if (A == "--hosts")
       O.HostsFile = Value(A);
+    else if (A == "--no-pin")
+      O.Pin = false;
     else
       Rest.push_back(A);
   }

@@ -81,6 +81,15 @@ Child startServer(const std::vector<std::string> &Argv,
 void stopServer(Child &C);
 void stopAllServers();
 
+/// Two-process scenarios (tsi, sss, iput) pin the server to one CPU and
+/// this process to another, as ucx_perftest pins its two sides (-c): the
+/// reference and tc are measured under the same placement. Returns false
+/// (and pins nothing) when fewer than two CPUs are allowed or \p Enable is
+/// false. startServer() applies ServerCpu to the servers it starts.
+bool pinClientAndServer(bool Enable);
+/// CPU for servers started from now on, or -1; and the one we run on.
+extern int ServerCpu, ClientCpu;
+
 /// This executable's path (to start `tc-bench serve`).
 std::string selfPath();
 /// The directory of the example archives: --ifunc-path, $TC_IFUNC_PATH,
@@ -120,6 +129,7 @@ struct CommonOptions {
   Format Fmt = Format::Table;
   std::string IfuncPath;
   std::string HostsFile;
+  bool Pin = true; ///< --no-pin clears it.
 };
 
 /// Sets UCX_TLS (and UCX_NET_DEVICES for loopback TCP) for \p Transport

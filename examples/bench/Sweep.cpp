@@ -58,6 +58,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
       die("payload sizes must be multiples of 8 from 16 to 1048576 bytes "
           "(got " + std::to_string(S) + ")");
   selectTransport(O.Transport, /*Loopback=*/true);
+  pinClientAndServer(O.Pin);
 
   Child Srv = startServer({selfPath(), "serve", "--listen", "127.0.0.1:0",
                            "--ifunc-path", O.IfuncPath},

@@ -29,7 +29,7 @@ namespace bench {
 namespace {
 
 struct Sizes {
-  uint64_t Warmup, LatencyIters, RateMsgs, FirstContactTrials;
+  uint64_t Warmup, LatencyIters, RateMsgs, FirstContactTrials, Rounds;
 };
 
 struct TsiRun {
@@ -220,6 +220,29 @@ std::string runCapture(const std::vector<std::string> &Argv, double TimeoutS,
   return WIFEXITED(St) && WEXITSTATUS(St) == 0 ? Out : std::string();
 }
 
+/// Replaces the records from \p First on (several rounds of the same
+/// modes and metrics) by one record per mode and metric, in first-seen
+/// order, holding the median value.
+void medianOfRounds(std::vector<Record> &Out, size_t First) {
+  std::vector<Record> Merged;
+  std::vector<std::vector<double>> Values;
+  for (size_t I = First; I < Out.size(); ++I) {
+    size_t J = 0;
+    while (J < Merged.size() && (Merged[J].Mode != Out[I].Mode ||
+                                 Merged[J].Metric != Out[I].Metric))
+      ++J;
+    if (J == Merged.size()) {
+      Merged.push_back(Out[I]);
+      Values.emplace_back();
+    }
+    Values[J].push_back(Out[I].Value);
+  }
+  for (size_t J = 0; J < Merged.size(); ++J)
+    Merged[J].Value = median(Values[J]);
+  Out.resize(First);
+  Out.insert(Out.end(), Merged.begin(), Merged.end());
+}
+
 /// The last numeric row of ucx_perftest's table: iterations, p50 latency,
 /// average latency, overall latency, bandwidth x2, rate average, overall.
 bool parsePerftest(const std::string &Out, double Cols[8]) {
@@ -259,7 +282,8 @@ void perftest(TsiRun &R, double FrameBytes) {
                                        std::to_string(R.N.Warmup), "-p", Port};
     std::vector<std::string> SrvArgs = {"ucx_perftest"};
     SrvArgs.insert(SrvArgs.end(), Common.begin(), Common.end());
-    SrvArgs.insert(SrvArgs.end(), {"-c", "0"});
+    if (ServerCpu >= 0)
+      SrvArgs.insert(SrvArgs.end(), {"-c", std::to_string(ServerCpu)});
     // The server prints nothing we need; start it, then retry the client
     // until the server accepts (bounded).
     Child Srv;
@@ -280,7 +304,8 @@ void perftest(TsiRun &R, double FrameBytes) {
     }
     std::vector<std::string> Cli = {"ucx_perftest", "127.0.0.1"};
     Cli.insert(Cli.end(), Common.begin(), Common.end());
-    Cli.insert(Cli.end(), {"-c", "1"});
+    if (ClientCpu >= 0)
+      Cli.insert(Cli.end(), {"-c", std::to_string(ClientCpu)});
     std::string Out;
     for (int Try = 0; Try < 50 && Out.empty() && !Interrupted; ++Try) {
       Out = runCapture(Cli, 60);
@@ -319,6 +344,8 @@ OPTIONS:
   --iters N       Ping-pong round trips (default 100000; --quick 20000)
   --msgs N        Messages in the rate test (default 1000000; --quick 200000)
   --trials N      First-contact trials (default 50; --quick 10)
+  --rounds N      Steady-state rounds; each figure is the median over them
+                  (default 5; --quick 3)
   --no-perftest   Skip the ucx_perftest reference
 )";
 
@@ -326,8 +353,8 @@ OPTIONS:
 
 int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   TsiRun R{O, {}, {}};
-  R.N = O.Quick ? Sizes{2000, 20000, 200000, 10}
-                : Sizes{10000, 100000, 1000000, 50};
+  R.N = O.Quick ? Sizes{2000, 20000, 200000, 10, 3}
+                : Sizes{10000, 100000, 1000000, 50, 5};
   bool Perftest = true;
   if (!walkArgs(
           "tsi", Args, TsiUsage,
@@ -338,6 +365,8 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
               R.N.RateMsgs = parseCount(A, Value());
             else if (A == "--trials")
               R.N.FirstContactTrials = parseCount(A, Value());
+            else if (A == "--rounds")
+              R.N.Rounds = parseCount(A, Value());
             else if (A == "--no-perftest")
               Perftest = false;
             else
@@ -345,9 +374,13 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
             return true;
           }))
     return 0;
-  if (!R.N.LatencyIters || !R.N.RateMsgs || !R.N.FirstContactTrials)
-    die("tsi: --iters, --msgs and --trials must be at least 1");
+  if (!R.N.LatencyIters || !R.N.RateMsgs || !R.N.FirstContactTrials ||
+      !R.N.Rounds)
+    die("tsi: --iters, --msgs, --trials and --rounds must be at least 1");
   selectTransport(O.Transport, /*Loopback=*/true);
+  if (pinClientAndServer(O.Pin))
+    note("tsi: server on CPU " + std::to_string(ServerCpu) + ", client on CPU " +
+         std::to_string(ClientCpu));
   std::string Self = selfPath();
   auto Serve = [&](std::vector<std::string> Extra, const std::string &Name) {
     std::vector<std::string> A = {Self, "serve", "--listen", "127.0.0.1:0",
@@ -356,32 +389,44 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     return startServer(A, "", Name);
   };
 
-  {
-    Child S = Serve({}, "tsi server");
-    steadyMode(R, "am", S, false, nullptr);
-    steadyMode(R, "cached", S, false, "tsi");
-    stopServer(S);
-  }
-  {
-    Child S = Serve({"--ship", "always"}, "uncached tsi server");
-    steadyMode(R, "uncached", S, true, "tsi");
-    stopServer(S);
-  }
-  {
-    Child S = Serve({"--exec", "object"}, "object tsi server");
-    steadyMode(R, "object", S, false, "fca");
-    stopServer(S);
-  }
-  double CachedBytes = 0;
-  for (const Record &X : R.Out)
-    if (X.Mode == "cached" && X.Metric == "frame_bytes")
-      CachedBytes = X.Value;
-  if (Perftest) {
-    if (havePerftest())
-      perftest(R, CachedBytes);
-    else
+  // Steady state, in rounds: every mode and the ucx_perftest reference run
+  // once per round, one after the other, and each figure is the median over
+  // the rounds. A machine whose speed drifts (shared or virtual CPUs) then
+  // shifts all modes alike instead of favouring whichever ran in a good
+  // moment.
+  size_t First = R.Out.size();
+  for (uint64_t Round = 0; Round < R.N.Rounds; ++Round) {
+    if (R.N.Rounds > 1)
+      note("tsi: round " + std::to_string(Round + 1) + " of " +
+           std::to_string(R.N.Rounds));
+    {
+      Child S = Serve({}, "tsi server");
+      steadyMode(R, "am", S, false, nullptr);
+      steadyMode(R, "cached", S, false, "tsi");
+      stopServer(S);
+    }
+    {
+      Child S = Serve({"--ship", "always"}, "uncached tsi server");
+      steadyMode(R, "uncached", S, true, "tsi");
+      stopServer(S);
+    }
+    {
+      Child S = Serve({"--exec", "object"}, "object tsi server");
+      steadyMode(R, "object", S, false, "fca");
+      stopServer(S);
+    }
+    double CachedBytes = 0;
+    for (size_t I = First; I < R.Out.size(); ++I)
+      if (R.Out[I].Mode == "cached" && R.Out[I].Metric == "frame_bytes")
+        CachedBytes = R.Out[I].Value;
+    if (Perftest && Round == 0 && !havePerftest()) {
       note("ucx_perftest not found (package ucx-utils); no UCX reference");
+      Perftest = false;
+    }
+    if (Perftest)
+      perftest(R, CachedBytes);
   }
+  medianOfRounds(R.Out, First);
 
   char Tmpl[] = "/tmp/tc-bench-cache-XXXXXX";
   if (!mkdtemp(Tmpl))

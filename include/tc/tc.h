@@ -230,7 +230,9 @@ void       *tc_msg_payload(tc_msg_h msg, size_t *size_p);
 /** @brief Send @p msg on @p ep. Returns TC_INPROGRESS and later calls @p cb
  *  (may be NULL) from tc_worker_progress(); the message may be changed
  *  (through tc_msg_payload()), sent again or freed right after this call
- *  returns. */
+ *  returns. With a NULL @p cb nothing is kept per send; a send that fails
+ *  then surfaces as the endpoint's disconnect (later sends return
+ *  TC_ERR_CONNECTION_RESET). */
 tc_status_t tc_msg_send(tc_ep_h ep, tc_msg_h msg, tc_send_cb_t cb, void *arg);
 void        tc_msg_free(tc_msg_h msg);
 

@@ -2,7 +2,8 @@
 //
 // Every accepted frame must re-encode to exactly the bytes it came from:
 // the format has one encoding per frame, so a parser that accepts anything
-// else is accepting bytes it does not understand.
+// else is accepting bytes it does not understand. And the receive fast
+// path (decodeSmallInvoke) never accepts what the general decoder rejects.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +14,16 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   llvm::StringRef Bytes(reinterpret_cast<const char *>(Data), Size);
+  // The receive fast path accepts nothing the general decoder rejects.
+  tc::SmallInvoke I;
+  llvm::StringRef H = Bytes.take_front(tc::FrameHeaderSize);
+  llvm::StringRef Body = Bytes.drop_front(H.size());
+  if (tc::decodeSmallInvoke(H, Body, I)) {
+    llvm::Expected<tc::Frame> G = tc::decodeFrame(H, Body);
+    if (!G || G->Type != I.Type || G->Seq != I.Seq || G->CodeId != I.CodeId ||
+        G->Payload != Body)
+      __builtin_trap();
+  }
   llvm::Expected<tc::Frame> F = tc::decodeFrame(Bytes);
   if (!F) {
     llvm::consumeError(F.takeError());

@@ -97,6 +97,74 @@ TEST(Frame, RandomizedRoundTripOfEveryType) {
   }
 }
 
+/// decodeSmallInvoke's promise: whatever it accepts, decodeFrame accepts
+/// with the same fields.
+void expectFastAgrees(llvm::StringRef H, llvm::StringRef Body) {
+  SmallInvoke I;
+  if (!decodeSmallInvoke(H, Body, I))
+    return;
+  auto D = decodeFrame(H, Body);
+  ASSERT_TRUE(!!D) << "fast path accepted what decodeFrame rejects: "
+                   << llvm::toString(D.takeError());
+  EXPECT_EQ(D->Type, I.Type);
+  EXPECT_EQ(D->Seq, I.Seq);
+  EXPECT_EQ(D->CodeId, I.CodeId);
+  EXPECT_EQ(D->Flags, 0u);
+  EXPECT_EQ(D->Payload, Body);
+  EXPECT_TRUE(D->Archive.empty());
+}
+
+TEST(Frame, SmallInvokeFastPathsMatchTheGeneralCodec) {
+  std::mt19937_64 Rng(11);
+  unsigned Accepted = 0;
+  for (int I = 0; I < 4000; ++I) {
+    SmallInvoke S{Rng() % 2 ? FrameType::Invoke : FrameType::LocalInvoke,
+                  uint32_t(Rng()), uint32_t(Rng())};
+    std::string Payload(Rng() % 200, char(Rng()));
+    char H[FrameHeaderSize];
+    encodeSmallInvoke(S, Payload.size(), H);
+    // The same header as the general encoder's.
+    Frame F;
+    F.Type = S.Type;
+    F.Seq = S.Seq;
+    F.CodeId = S.CodeId;
+    F.Payload = Payload;
+    std::string General;
+    encodeFrameHeader(F, General);
+    ASSERT_EQ(General, std::string(H, FrameHeaderSize));
+    // Accepted as is, with the same fields.
+    SmallInvoke Got;
+    ASSERT_TRUE(decodeSmallInvoke(llvm::StringRef(H, FrameHeaderSize),
+                                  Payload, Got));
+    EXPECT_EQ(Got.Type, S.Type);
+    EXPECT_EQ(Got.Seq, S.Seq);
+    EXPECT_EQ(Got.CodeId, S.CodeId);
+    // Damaged: one random byte of the header changed, or a body of another
+    // length. Whatever the fast path still accepts, decodeFrame must too.
+    std::string Bad(H, FrameHeaderSize);
+    Bad[Rng() % Bad.size()] = char(Rng());
+    std::string Body = Payload;
+    if (Rng() % 4 == 0)
+      Body.resize(Rng() % 200);
+    expectFastAgrees(Bad, Body);
+    Accepted += decodeSmallInvoke(Bad, Body, Got);
+  }
+  // Not vacuous: damage to Seq/CodeId keeps frames valid and accepted.
+  EXPECT_GT(Accepted, 100u);
+  // Frames that are not SmallInvokes go to the general decoder.
+  Frame Code = invoke("p");
+  Code.Flags = FrameHasCode;
+  Code.Archive = "archive";
+  std::string H;
+  encodeFrameHeader(Code, H);
+  SmallInvoke Got;
+  EXPECT_FALSE(decodeSmallInvoke(H, "parchive", Got));
+  Frame Fence;
+  Fence.Type = FrameType::Fence;
+  encodeFrameHeader(Fence, H);
+  EXPECT_FALSE(decodeSmallInvoke(H, "", Got));
+}
+
 TEST(Frame, EveryTruncationAndExtensionIsRejected) {
   Frame F = invoke("payload");
   F.Flags = FrameHasCode;
