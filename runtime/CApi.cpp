@@ -300,6 +300,16 @@ tc_status_t tc_worker_set_target_args(tc_worker_h W, const char *Name,
   return TC_OK;
 }
 
+tc_status_t tc_worker_evict_code(tc_worker_h W) {
+  if (!W)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_evict_code: worker is NULL");
+  if (W->RT->currentConn())
+    return fail(TC_ERR_INVALID_PARAM,
+                "tc_worker_evict_code: called while a message runs");
+  W->RT->evictAll();
+  return TC_OK;
+}
+
 tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   if (!W || !Out)
     return fail(TC_ERR_INVALID_PARAM, "tc_worker_query_stats: NULL argument");

@@ -204,13 +204,11 @@ std::string DiskObjectCache::pathFor(StringRef Key) const {
   return std::string(P);
 }
 
-bool DiskObjectCache::hit(StringRef Key) const {
-  std::lock_guard<std::mutex> L(Mutex);
-  return Hits.count(Key.str());
+std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(const Module *M) {
+  return getObject(M->getModuleIdentifier());
 }
 
-std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(const Module *M) {
-  std::string Key = M->getModuleIdentifier();
+std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(StringRef Key) {
   ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(
       pathFor(Key), /*IsText=*/false, /*RequiresNullTerminator=*/false);
   if (!B || (*B)->getBufferSize() < 32)
@@ -221,10 +219,6 @@ std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(const Module *M) {
   if (StringRef(reinterpret_cast<const char *>(Sum.data()), 32) !=
       All.take_front(32))
     return nullptr; // Damaged: compile again (and overwrite it).
-  {
-    std::lock_guard<std::mutex> L(Mutex);
-    Hits.insert(Key);
-  }
   return MemoryBuffer::getMemBufferCopy(Obj, Key);
 }
 
@@ -260,7 +254,23 @@ static void retargetToHost(Module &M, const DataLayout &DL,
 Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
                                          JITDylib &JD) {
   auto Start = std::chrono::steady_clock::now();
-  if (M.Kind == ImageKind::Bitcode) {
+  bool FromCache = false;
+  std::string Key;
+  if (Cache && M.Kind == ImageKind::Bitcode) {
+    // A cached object links like an object member: no bitcode parsing, no
+    // IR layer. Only a miss goes through the compiler, which then fills the
+    // cache (notifyObjectCompiled, under the same key).
+    Key = cacheKey(A, M);
+    if (std::unique_ptr<MemoryBuffer> Obj =
+            static_cast<DiskObjectCache &>(*Cache).getObject(Key)) {
+      if (Error E = J->addObjectFile(JD, std::move(Obj)))
+        return std::move(E);
+      FromCache = true;
+    }
+  }
+  if (FromCache) {
+    // Linked above.
+  } else if (M.Kind == ImageKind::Bitcode) {
     auto Ctx = std::make_unique<LLVMContext>();
     Expected<std::unique_ptr<Module>> Mod =
         parseBitcodeFile(MemoryBufferRef(M.Image, A.Name), *Ctx);
@@ -269,7 +279,7 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
                                toString(Mod.takeError()).c_str());
     retargetToHost(**Mod, J->getDataLayout(), Triple);
     if (Cache)
-      (*Mod)->setModuleIdentifier(cacheKey(A, M));
+      (*Mod)->setModuleIdentifier(Key);
     if (Error E = J->addIRModule(
             JD, ThreadSafeModule(std::move(*Mod), std::move(Ctx))))
       return std::move(E);
@@ -305,9 +315,7 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
     L.Bound = Bound->toPtr<IfuncBoundFn>();
     L.Init = Init->toPtr<IfuncInitFn>();
   }
-  if (Cache && M.Kind == ImageKind::Bitcode)
-    L.FromDiskCache =
-        static_cast<DiskObjectCache &>(*Cache).hit(cacheKey(A, M));
+  L.FromDiskCache = FromCache;
   L.LoadMillis = std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - Start)
                      .count();

@@ -155,14 +155,12 @@ public:
   void notifyObjectCompiled(const llvm::Module *M,
                             llvm::MemoryBufferRef Obj) override;
   std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *M) override;
-  /// Whether the last getObject() for \p Key was a hit.
-  bool hit(llvm::StringRef Key) const;
+  /// The object cached under \p Key (its BLAKE3 checked), or null.
+  std::unique_ptr<llvm::MemoryBuffer> getObject(llvm::StringRef Key);
   std::string pathFor(llvm::StringRef Key) const;
 
 private:
   std::string Dir;
-  mutable std::mutex Mutex;
-  std::set<std::string> Hits;
 };
 
 /// Checks that each of \p Symbols resolves in this process or in one of the

@@ -412,6 +412,11 @@ Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
   return &*L;
 }
 
+void Runtime::evictAll() {
+  while (!LRU.empty())
+    evict(LRU.back());
+}
+
 void Runtime::evict(const ArchiveHash &Which) {
   // A copy: callers may pass an element of LRU, which is removed below.
   const ArchiveHash H = Which;

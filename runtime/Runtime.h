@@ -201,6 +201,8 @@ public:
   /// Frees loaded code of \p Hash and forgets every code id naming it, so
   /// senders are asked for it again on next use.
   void evict(const ArchiveHash &Hash);
+  /// evict() for every identity loaded as target code.
+  void evictAll();
 
   const RuntimeCounters &counters() const { return Counters; }
 

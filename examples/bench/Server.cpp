@@ -50,6 +50,8 @@ struct Server {
   uint64_t Seen = 0;
   tc_ifunc_h TsiIfunc = nullptr, DapcIfunc = nullptr, ResultIfunc = nullptr;
   tc_msg_h PongMsg = nullptr;
+  bool EvictDue = false; ///< bench.evict arrived; done from the main loop.
+  tc_ep_h EvictFrom = nullptr; ///< Told when done, with a local TSI.
 
   uint64_t total() const { return Tsi + Sss.count + Iput.count; }
 };
@@ -81,6 +83,14 @@ extern "C" void benchStats(void *, size_t, void *) {
   S.DapcHops = The->Dapc.hops;
   if (tc_ep_h Ep = tc_worker_source_ep(The->W))
     tc_ep_send_local(Ep, "bench.stats", &S, sizeof S, nullptr, nullptr);
+}
+
+/// bench.evict: unload all ifunc code, so the next message of each is a
+/// first contact again (tc-bench tsi does this between first-contact
+/// trials, outside the timed part).
+extern "C" void benchEvict(void *, size_t, void *) {
+  The->EvictDue = true;
+  The->EvictFrom = tc_worker_source_ep(The->W);
 }
 
 extern "C" void benchReset(void *, size_t, void *) {
@@ -291,6 +301,7 @@ int runServer(int Argc, char **Argv) {
       {"bench.pong", benchPong, nullptr},
       {"bench.stats", benchStats, nullptr},
       {"bench.reset", benchReset, nullptr},
+      {"bench.evict", benchEvict, nullptr},
       {"bench.dapc", benchDapcSetup, nullptr},
   };
   for (const auto &L : Locals) {
@@ -328,6 +339,16 @@ int runServer(int Argc, char **Argv) {
 
   while (!Interrupted) {
     int Did = tc_worker_progress(W);
+    if (S->EvictDue) {
+      // Not from bench.evict itself: code must not be freed while a message
+      // runs. A local TSI back tells the client it is done.
+      static const unsigned char One = 1;
+      S->EvictDue = false;
+      tc_worker_evict_code(W);
+      if (S->EvictFrom)
+        tc_ep_send_local(S->EvictFrom, "tsi", &One, 1, nullptr, nullptr);
+      continue;
+    }
     if (S->Pong != PongOff && S->total() != S->Seen) {
       S->Seen = S->total();
       sendPong(*S);

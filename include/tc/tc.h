@@ -185,6 +185,11 @@ tc_status_t tc_worker_set_target_args(tc_worker_h worker, const char *name,
                                       void *target_args);
 tc_status_t tc_worker_query_stats(tc_worker_h worker,
                                   tc_worker_stats_t *stats_p);
+/** @brief Unload every ifunc this worker loaded as a target (frees its JIT
+ *  memory; counted as evictions). Senders are asked for the code again the
+ *  next time they use it. Not from inside NAME_main or a local function
+ *  (TC_ERR_INVALID_PARAM there): the running code would be freed. */
+tc_status_t tc_worker_evict_code(tc_worker_h worker);
 
 /** @brief Inside NAME_main or a local function: the endpoint the running
  *  message came on, to answer its sender; NULL elsewhere, or when the

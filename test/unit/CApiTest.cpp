@@ -485,3 +485,54 @@ TEST(CApi, ShipCodeAlwaysAttachesTheArchiveToEveryMessage) {
   tc_worker_destroy(W);
   tc_context_destroy(Ctx);
 }
+
+TEST(CApi, EvictCodeUnloadsAndTheSenderShipsItAgain) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Source;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  uint64_t Arg = 2;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &Arg, sizeof Arg, &M), TC_OK);
+  ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+  ASSERT_EQ(tc_worker_evict_code(Target.W), TC_OK);
+  tc_worker_stats_t St;
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &St), TC_OK);
+  EXPECT_EQ(St.evictions, 1u);
+  // The next message finds no code: the target asks, the sender resends,
+  // it is loaded again and runs.
+  ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+  EXPECT_EQ(Counter, 4u);
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &St), TC_OK);
+  EXPECT_EQ(St.code_requests, 1u);
+  EXPECT_EQ(St.compiles, 2u);
+  EXPECT_EQ(tc_worker_evict_code(nullptr), TC_ERR_INVALID_PARAM);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+}
+
+TEST(CApi, EvictCodeIsRefusedWhileAMessageRuns) {
+  static tc_worker_h TheTarget;
+  static tc_status_t Seen;
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Source;
+  TheTarget = Target.W;
+  Seen = TC_OK;
+  ASSERT_EQ(tc_worker_register_local(Target.W, "evict",
+                                     [](void *, size_t, void *) {
+                                       Seen = tc_worker_evict_code(TheTarget);
+                                     }),
+            TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  ASSERT_EQ(tc_ep_send_local(Ep, "evict", nullptr, 0, nullptr, nullptr),
+            TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+  EXPECT_EQ(Seen, TC_ERR_INVALID_PARAM);
+  tc_ep_destroy(Ep);
+}
