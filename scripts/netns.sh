@@ -305,7 +305,8 @@ case $cmd in
   down) down ;;
   run)
     up >&2
-    trap 'down || note "teardown incomplete; run netns.sh down --prefix $prefix"' EXIT
+    # The hosts file is run's own too: it goes with the namespaces.
+    trap 'rm -f "$hosts_file"; down || note "teardown incomplete; run netns.sh down --prefix $prefix"' EXIT
     status=0
     TC_HOSTS_FILE=$hosts_file "${command_args[@]}" || status=$?
     exit "$status"
