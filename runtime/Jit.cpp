@@ -204,8 +204,10 @@ std::string DiskObjectCache::pathFor(StringRef Key) const {
   return std::string(P);
 }
 
-std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(const Module *M) {
-  return getObject(M->getModuleIdentifier());
+std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(const Module *) {
+  // JitEngine::compile() has looked for the object already (and links it
+  // itself when found): a module reaching the compiler is a miss.
+  return nullptr;
 }
 
 std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(StringRef Key) {
@@ -254,22 +256,19 @@ static void retargetToHost(Module &M, const DataLayout &DL,
 Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
                                          JITDylib &JD) {
   auto Start = std::chrono::steady_clock::now();
-  bool FromCache = false;
+  // A cached object links like an object member: no bitcode parsing, no
+  // IR layer. Only a miss goes through the compiler, which then fills the
+  // cache (notifyObjectCompiled, under the same key).
   std::string Key;
+  std::unique_ptr<MemoryBuffer> Cached;
   if (Cache && M.Kind == ImageKind::Bitcode) {
-    // A cached object links like an object member: no bitcode parsing, no
-    // IR layer. Only a miss goes through the compiler, which then fills the
-    // cache (notifyObjectCompiled, under the same key).
     Key = cacheKey(A, M);
-    if (std::unique_ptr<MemoryBuffer> Obj =
-            static_cast<DiskObjectCache &>(*Cache).getObject(Key)) {
-      if (Error E = J->addObjectFile(JD, std::move(Obj)))
-        return std::move(E);
-      FromCache = true;
-    }
+    Cached = static_cast<DiskObjectCache &>(*Cache).getObject(Key);
   }
-  if (FromCache) {
-    // Linked above.
+  bool FromCache = Cached != nullptr;
+  if (Cached) {
+    if (Error E = J->addObjectFile(JD, std::move(Cached)))
+      return std::move(E);
   } else if (M.Kind == ImageKind::Bitcode) {
     auto Ctx = std::make_unique<LLVMContext>();
     Expected<std::unique_ptr<Module>> Mod =

@@ -154,6 +154,8 @@ public:
   explicit DiskObjectCache(std::string Dir) : Dir(std::move(Dir)) {}
   void notifyObjectCompiled(const llvm::Module *M,
                             llvm::MemoryBufferRef Obj) override;
+  /// Always null: JitEngine::compile() looks up the cache by key before
+  /// any module exists, so a module the compiler sees is a miss.
   std::unique_ptr<llvm::MemoryBuffer> getObject(const llvm::Module *M) override;
   /// The object cached under \p Key (its BLAKE3 checked), or null.
   std::unique_ptr<llvm::MemoryBuffer> getObject(llvm::StringRef Key);

@@ -186,7 +186,19 @@ void Runtime::sendSmall(ConnId C, const SmallInvoke &I, StringRef Payload,
 void Runtime::send(ConnId C, const Message &M,
                    unique_function<void(Error)> Done) {
   Conn &S = conn(C);
-  if (S.LastSent == M.Code && !Opts.AlwaysShipCode) {
+  // The code id of this identity here; the last ifunc sent is remembered,
+  // so a run of one ifunc's messages skips the lookup.
+  bool Sent = true;
+  if (S.LastSent != M.Code) {
+    auto [It, New] = S.SentCode.try_emplace(M.Code->Hash, S.NextCodeId);
+    if (New) {
+      Sent = false;
+      S.ById[S.NextCodeId++] = M.Code;
+    }
+    S.LastSent = M.Code;
+    S.LastSentId = It->second;
+  }
+  if (Sent && !Opts.AlwaysShipCode) {
     sendSmall(C, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
               M.Payload, std::move(Done));
     return;
@@ -194,24 +206,8 @@ void Runtime::send(ConnId C, const Message &M,
   Frame F;
   F.Type = FrameType::Invoke;
   F.Seq = S.NextSeq++;
+  F.CodeId = S.LastSentId;
   F.Payload = M.Payload;
-  auto It = S.SentCode.find(M.Code->Hash);
-  if (It != S.SentCode.end()) {
-    S.LastSent = M.Code;
-    S.LastSentId = It->second;
-  }
-  if (It != S.SentCode.end() && !Opts.AlwaysShipCode) {
-    F.CodeId = It->second;
-    sendFrame(C, F, M.Payload, std::move(Done));
-    return;
-  }
-  if (It != S.SentCode.end()) {
-    F.CodeId = It->second;
-  } else {
-    F.CodeId = S.NextCodeId++;
-    S.SentCode[M.Code->Hash] = F.CodeId;
-    S.ById[F.CodeId] = M.Code;
-  }
   F.Flags = FrameHasCode;
   F.Hash = M.Code->Hash;
   F.Archive = M.Code->Bytes;

@@ -169,10 +169,12 @@ private:
   void closeEp(ucp_ep_h Ep, bool Force);
   void deliverReady(ConnId C);
   void lost(ucp_ep_h Ep, ucs_status_t S);
-  void complete(unique_function<void(Error)> Done, std::string Err) {
+  /// Queues \p Done with \p Err (empty: success) for progress(); nothing
+  /// is kept for a send without a callback.
+  void complete(unique_function<void(Error)> Done, StringRef Err) {
     Activity = true;
     if (Done)
-      Completions.emplace_back(std::move(Done), std::move(Err));
+      Completions.emplace_back(std::move(Done), Err.str());
   }
   /// Frees the endpoint-close requests that have finished.
   void reapClosing() {
@@ -466,9 +468,7 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
     R = ucp_am_send_nbx(Co->Ep, TcAmId, Header.data(), Header.size(),
                         Body.data(), Body.size(), &P);
     if (R == nullptr) {
-      Activity = true;
-      if (Done)
-        complete(std::move(Done), "");
+      complete(std::move(Done), "");
       return;
     }
     if (UCS_PTR_IS_ERR(R) && UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE) {

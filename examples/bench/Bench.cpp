@@ -210,6 +210,17 @@ bool pinClientAndServer(bool Enable) {
   return true;
 }
 
+void execArgv(const std::vector<std::string> &Argv) {
+  std::vector<char *> A;
+  for (const std::string &S : Argv)
+    A.push_back(const_cast<char *>(S.c_str()));
+  A.push_back(nullptr);
+  execvp(A[0], A.data());
+  std::fprintf(stderr, "tc-bench: error: cannot run %s: %s\n", A[0],
+               std::strerror(errno));
+  _exit(127);
+}
+
 Child startServer(const std::vector<std::string> &Argv,
                   const std::string &Netns, const std::string &Name) {
   std::vector<std::string> Full;
@@ -236,14 +247,7 @@ Child startServer(const std::vector<std::string> &Argv,
       sched_setaffinity(0, sizeof Set, &Set);
     }
     dup2(Pipe[1], STDOUT_FILENO);
-    std::vector<char *> A;
-    for (const std::string &S : Full)
-      A.push_back(const_cast<char *>(S.c_str()));
-    A.push_back(nullptr);
-    execvp(A[0], A.data());
-    std::fprintf(stderr, "tc-bench: error: cannot run %s: %s\n", A[0],
-                 std::strerror(errno));
-    _exit(127);
+    execArgv(Full);
   }
   close(Pipe[1]);
   RunningPids.push_back(Pid);

@@ -77,6 +77,9 @@ struct Child {
 /// waits up to 60 s for a line containing `listening on HOST:PORT`.
 Child startServer(const std::vector<std::string> &Argv,
                   const std::string &Netns, const std::string &Name);
+/// In a forked child: runs \p Argv (PATH searched); if that fails, says so
+/// on stderr and exits 127.
+[[noreturn]] void execArgv(const std::vector<std::string> &Argv);
 /// SIGTERM, wait (SIGKILL after 5 s), forget.
 void stopServer(Child &C);
 void stopAllServers();

@@ -192,12 +192,7 @@ std::string runCapture(const std::vector<std::string> &Argv, double TimeoutS,
     dup2(P[1], STDOUT_FILENO);
     int Null = open("/dev/null", O_WRONLY);
     dup2(Null, STDERR_FILENO);
-    std::vector<char *> A;
-    for (const std::string &S : Argv)
-      A.push_back(const_cast<char *>(S.c_str()));
-    A.push_back(nullptr);
-    execvp(A[0], A.data());
-    _exit(127);
+    execArgv(Argv);
   }
   close(P[1]);
   if (PidOut)
@@ -299,12 +294,7 @@ void perftest(TsiRun &R, double FrameBytes) {
         int Null = open("/dev/null", O_WRONLY);
         dup2(Null, STDOUT_FILENO);
         dup2(Null, STDERR_FILENO);
-        std::vector<char *> A;
-        for (const std::string &S : SrvArgs)
-          A.push_back(const_cast<char *>(S.c_str()));
-        A.push_back(nullptr);
-        execvp(A[0], A.data());
-        _exit(127);
+        execArgv(SrvArgs);
       }
       Srv.Pid = Pid;
     }
