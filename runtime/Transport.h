@@ -68,8 +68,8 @@ public:
   virtual llvm::Expected<ConnId> connectAddress(llvm::StringRef Address) = 0;
 
   /// Sends one frame on \p Conn. \p Header and \p Body need only stay valid
-  /// until send() returns: the transport copies what it has to keep (a
-  /// frame that leaves at once is not copied at all). \p Done (may be
+  /// until send() returns: the transport copies what it has to keep.
+  /// \p Done (may be
   /// null) runs exactly once, from a later progress() call (or from the
   /// destructor, with an error), with success when the frame has left.
   virtual void send(ConnId Conn, llvm::StringRef Header, llvm::StringRef Body,

@@ -55,8 +55,6 @@ namespace {
 
 /// The active message id tc frames use.
 constexpr unsigned TcAmId = 0x7C;
-/// Frames up to this size (header + body) try the allocation-free path.
-constexpr size_t FastPathBytes = 64;
 
 /// Whether peer error handling should be enabled on shared-memory
 /// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
@@ -455,36 +453,14 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
     complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
-  // Fast path: a small frame UCX can put on the wire right now leaves from
-  // the caller's buffers, with nothing allocated. Only small ones: UCX 1.13
-  // with FORCE_IMM_CMPL picks a short protocol for frames beyond the shared
-  // memory transport's short limit (100 bytes) and fails them.
+  // UCX keeps pointers to the header and body of a send it cannot start
+  // at once, so both are copied into the op. No zero-copy attempt with
+  // UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL first: UCX 1.13 refuses immediate
+  // completion (UCS_ERR_NO_RESOURCE) for every UCP_AM_SEND_FLAG_REPLY send,
+  // so it would only add a failed call to each frame.
   // UCX reads only the fields op_attr_mask names: no need to clear the rest.
   ucp_request_param_t P;
   ucs_status_ptr_t R;
-  if (Header.size() + Body.size() <= FastPathBytes) {
-    P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    P.flags = UCP_AM_SEND_FLAG_REPLY;
-    R = ucp_am_send_nbx(Co->Ep, TcAmId, Header.data(), Header.size(),
-                        Body.data(), Body.size(), &P);
-    if (R == nullptr) {
-      complete(std::move(Done), "");
-      return;
-    }
-    if (UCS_PTR_IS_ERR(R) && UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE) {
-      complete(std::move(Done), formatv("send to {0} failed: {1}",
-                                        Co->Peer,
-                                        ucs_status_string(UCS_PTR_STATUS(R)))
-                                    .str());
-      return;
-    }
-    if (!UCS_PTR_IS_ERR(R)) { // Not with FORCE_IMM_CMPL; be safe anyway.
-      ucp_request_cancel(Worker, R);
-      ucp_request_free(R);
-    }
-  }
-  // Slow path (rendezvous, or no resources now): UCX keeps pointers to the
-  // header and body until it completes, so they are copied into the op.
   auto *Op = new SendOp{this, C, Header.str(), Body.str(), std::move(Done)};
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;
