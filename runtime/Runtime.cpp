@@ -166,7 +166,7 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
 void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
                         unique_function<void(Error)> Done) {
   // The transport copies what it must keep past send(): the header lives
-  // on the stack, no allocation per frame on the hot path.
+  // on the stack, and the runtime allocates nothing per frame.
   char Header[FrameCodeHeaderSize];
   size_t Size = encodeFrameHeader(F, Header);
   ++Counters.FramesSent;

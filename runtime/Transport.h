@@ -69,9 +69,9 @@ public:
 
   /// Sends one frame on \p Conn. \p Header and \p Body need only stay valid
   /// until send() returns: the transport copies what it has to keep.
-  /// \p Done (may be
-  /// null) runs exactly once, from a later progress() call (or from the
-  /// destructor, with an error), with success when the frame has left.
+  /// \p Done (may be null) runs exactly once, from a later progress() call
+  /// (or from the destructor, with an error), with success when the frame
+  /// has left.
   virtual void send(ConnId Conn, llvm::StringRef Header, llvm::StringRef Body,
                     llvm::unique_function<void(llvm::Error)> Done) = 0;
 

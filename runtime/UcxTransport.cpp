@@ -460,15 +460,15 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
   // so it would only add a failed call to each frame.
   // UCX reads only the fields op_attr_mask names: no need to clear the rest.
   ucp_request_param_t P;
-  ucs_status_ptr_t R;
   auto *Op = new SendOp{this, C, Header.str(), Body.str(), std::move(Done)};
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;
   P.flags = UCP_AM_SEND_FLAG_REPLY;
   P.cb.send = &UcxTransport::onSendDone;
   P.user_data = Op;
-  R = ucp_am_send_nbx(Co->Ep, TcAmId, Op->Header.data(),
-                      Op->Header.size(), Op->Body.data(), Op->Body.size(), &P);
+  ucs_status_ptr_t R =
+      ucp_am_send_nbx(Co->Ep, TcAmId, Op->Header.data(), Op->Header.size(),
+                      Op->Body.data(), Op->Body.size(), &P);
   if (R == nullptr) {
     complete(std::move(Op->Done), "");
     delete Op;
