@@ -199,7 +199,10 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
     W->AcceptCB = P->accept_cb;
     W->AcceptArg = P->accept_arg;
   }
-  llvm::Expected<std::unique_ptr<Transport>> T = createUcxTransport();
+  UcxTransportOptions TOpts;
+  if (Mask & TC_WORKER_PARAM_FIELD_COALESCE)
+    TOpts.Coalesce = P->coalesce != 0;
+  llvm::Expected<std::unique_ptr<Transport>> T = createUcxTransport(TOpts);
   if (!T)
     return fail(TC_ERR_IO, T.takeError());
   llvm::Expected<std::unique_ptr<Runtime>> RT =
@@ -328,6 +331,9 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   S.errors_received = C.ErrorsReceived;
   S.frames_sent = C.FramesSent;
   S.bytes_sent = C.BytesSent;
+  TransportStats T = W->RT->transport().stats();
+  S.batches_sent = T.Batches;
+  S.batched_frames = T.BatchedFrames;
   *Out = S;
   return TC_OK;
 }

@@ -45,6 +45,18 @@ public:
   virtual void onDisconnect(ConnId Conn, llvm::StringRef Why) = 0;
 };
 
+/// What a transport counts about how it sent and received (for tests and
+/// diagnostics; transports without the distinction report zeros).
+struct TransportStats {
+  uint64_t ReplyFrames = 0;    ///< Sent asking UCX for a reply endpoint.
+  uint64_t TokenFrames = 0;    ///< Sent with the peer's connection token.
+  uint64_t ImmediateSends = 0; ///< Completed at once from the caller's data.
+  uint64_t DroppedFrames = 0;  ///< Arrived with a token of no connection,
+                               ///< or in a malformed batch.
+  uint64_t Batches = 0;        ///< Batches sent (several frames in one AM)
+  uint64_t BatchedFrames = 0;  ///< and the frames they carried.
+};
+
 class Transport {
 public:
   virtual ~Transport();
@@ -88,12 +100,18 @@ public:
 
   /// Wakes a thread blocked in wait() (safe to call from any thread).
   virtual void signal() = 0;
+
+  virtual TransportStats stats() const { return TransportStats(); }
 };
 
 /// UCX transport options.
 struct UcxTransportOptions {
   /// Empty: UCX's defaults, from UCX_TLS etc. in the environment.
   std::string Transports;
+  /// Batch the small frames that follow the first of a progress() round on
+  /// one connection into one active message (UcxTransport.cpp); false sends
+  /// every frame as its own active message.
+  bool Coalesce = true;
 };
 
 /// A transport over a UCX context + worker of its own.

@@ -5,11 +5,19 @@
 // is the AM header, the body the AM data, so UCX chooses eager or rendezvous
 // by size and works over shared memory, TCP and RDMA alike.
 //
-// Every send asks for a reply endpoint (UCP_AM_SEND_FLAG_REPLY), so the
-// receiver learns which connection a frame came from even for peers that
-// connected by worker address; an endpoint seen for the first time is a new
-// connection. Endpoints we create use peer error handling, so a peer that
-// dies becomes onDisconnect, not a hang.
+// Connection tokens: the receiver must learn which connection a frame came
+// from, also for peers that connected by worker address. A connection's
+// first frames ask for a reply endpoint (UCP_AM_SEND_FLAG_REPLY, AM id
+// TcAmId); an endpoint seen for the first time is a new connection. The
+// receiver answers the first such frame with a welcome (WelcomeAmId, also
+// with REPLY, so the sender maps it to its endpoint) carrying a token: the
+// receiver's connection id and 32 random bits. From then on the sender puts
+// the token in front of each frame header and sends on TokenAmId without
+// REPLY, which UCX 1.13 can complete immediately (no request, no copy);
+// REPLY sends always take UCX's request path and cost ~0.12 us more per
+// message over shared memory (docs/transport.md, "Sending"). Endpoints we
+// create use peer error handling, so a peer that dies becomes onDisconnect,
+// not a hang.
 //
 // Order: a rendezvous frame is received into a buffer before delivery; the
 // frames behind it on the same connection wait in a per-connection queue
@@ -26,11 +34,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Batch.h"
 #include "Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallPtrSet.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <ucp/api/ucp.h>
@@ -44,6 +55,7 @@
 #include <map>
 #include <netdb.h>
 #include <poll.h>
+#include <random>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -53,8 +65,21 @@ namespace tc {
 
 namespace {
 
-/// The active message id tc frames use.
-constexpr unsigned TcAmId = 0x7C;
+/// Active message ids: frames sent with REPLY (header: the frame header),
+/// welcomes (header: the 8-byte token), frames sent with a token (header:
+/// token, then the frame header) and batches (header: token; body: records,
+/// Batch.h).
+constexpr unsigned TcAmId = 0x7C, WelcomeAmId = 0x7D, TokenAmId = 0x7E,
+                   BatchAmId = 0x7F;
+constexpr size_t TokenSize = 8;
+/// Bodies up to this size are first tried as an immediate send from the
+/// caller's buffers; larger ones (bcopy fragments, rendezvous) go straight
+/// to the request path, where UCX could not complete them at once anyway.
+constexpr size_t ImmediateMax = 4096;
+/// Frames up to this size (header + body) join a batch while their
+/// connection is busy; a batch is closed at BatchMax bytes of records, which
+/// keeps it within one shared-memory bcopy segment (8 KiB by default).
+constexpr size_t BatchFrameMax = 1024, BatchMax = 4096;
 
 /// Whether peer error handling should be enabled on shared-memory
 /// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
@@ -95,11 +120,23 @@ class UcxTransport;
 struct SendOp {
   UcxTransport *T;
   ConnId Conn;
+  /// Counted in its connection's Held (see Conn).
   std::string Header;
   std::string Body;
   /// Empty once reported (the connection died first); the op then lives on
   /// only until UCX lets go of it.
   unique_function<void(Error)> Done;
+};
+
+/// An active message waiting in a connection's backlog for UCX to finish
+/// the sends before it: one frame, or a batch of small ones.
+struct Outgoing {
+  unsigned AmId;
+  std::string Header; ///< Token included.
+  std::string Body;
+  /// One per frame that has a callback.
+  std::vector<unique_function<void(Error)>> Done;
+  size_t Frames = 0;
 };
 
 /// A frame received on a connection, waiting for delivery in order.
@@ -134,6 +171,7 @@ public:
   bool progress() override;
   Error wait(int TimeoutMs) override;
   void signal() override;
+  TransportStats stats() const override { return Stats; }
 
 private:
   struct Conn {
@@ -143,6 +181,18 @@ private:
     bool Owned = true;
     std::string Peer; ///< For messages: host:port or "address peer".
     std::deque<std::shared_ptr<Arrival>> Queue;
+    /// The token the peer gave us (0: none yet, send with REPLY), and the
+    /// one we gave the peer (0: not yet welcomed).
+    uint64_t PeerToken = 0;
+    uint64_t Token = 0;
+    /// Sends on this connection UCX still holds. While there are any, new
+    /// frames wait in Backlog (small ones batched) instead of touching UCX:
+    /// the sender backs off from a full FIFO rather than retrying it, and
+    /// the receiver gets many frames per active message.
+    unsigned Held = 0;
+    std::deque<Outgoing> Backlog;
+    /// The progress() round of this connection's last frame sent at once.
+    uint64_t LastRound = 0;
   };
 
   UcxTransport() = default;
@@ -163,6 +213,28 @@ private:
     Conns.erase(It);
   }
   ConnId addConn(ucp_ep_h Ep, std::string Peer);
+  /// Sends one active message on \p Co (connection \p C).
+  void post(Conn &Co, ConnId C, unsigned AmId, StringRef Header,
+            StringRef Body, bool Reply, unique_function<void(Error)> Done);
+  /// Adds a token frame to \p Co's backlog.
+  void enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
+               unique_function<void(Error)> Done);
+  /// Hands \p Co's backlog to UCX: while UCX holds nothing on it, or, with
+  /// \p All, everything (UCX keeps an endpoint's sends in order).
+  void flushBacklog(Conn &Co, ConnId C, bool All);
+  /// flushBacklog() for every backlogged connection; false if there was
+  /// none.
+  bool flushBacklogs();
+  /// Starts \p Op on \p Co's endpoint (the request path, with AM send
+  /// \p Flags) and tracks it until UCX lets go of it.
+  void submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
+  /// Delivers or queues a frame that arrived on \p C.
+  ucs_status_t arrived(ConnId C, Conn &Co, StringRef Header, void *Data,
+                       size_t Length, bool Rndv);
+  void welcome(ConnId C, Conn &Co);
+  /// The open connection whose token starts \p Header (setting \p C), or
+  /// null: the frame is then dropped and counted.
+  Conn *byToken(const void *Header, ConnId &C);
   Expected<ConnId> createEp(ucp_ep_params_t &P, std::string Peer);
   void closeEp(ucp_ep_h Ep, bool Force);
   void deliverReady(ConnId C);
@@ -190,6 +262,15 @@ private:
   static ucs_status_t onAm(void *Arg, const void *Header, size_t HeaderLen,
                            void *Data, size_t Length,
                            const ucp_am_recv_param_t *Param);
+  static ucs_status_t onTokenAm(void *Arg, const void *Header,
+                                size_t HeaderLen, void *Data, size_t Length,
+                                const ucp_am_recv_param_t *Param);
+  static ucs_status_t onBatch(void *Arg, const void *Header, size_t HeaderLen,
+                              void *Data, size_t Length,
+                              const ucp_am_recv_param_t *Param);
+  static ucs_status_t onWelcome(void *Arg, const void *Header,
+                                size_t HeaderLen, void *Data, size_t Length,
+                                const ucp_am_recv_param_t *Param);
   static void onSendDone(void *Req, ucs_status_t S, void *User);
   static void onRecvDone(void *Req, ucs_status_t S, size_t Len, void *User);
 
@@ -212,8 +293,15 @@ private:
   /// arrives on a closing endpoint belongs to no connection and is dropped.
   std::vector<std::pair<void *, ucp_ep_h>> Closing;
   DenseSet<ucp_ep_h> ClosingEps;
+  /// Connections whose backlog may be non-empty.
+  SmallVector<ConnId, 4> Backlogged;
+  /// progress() calls so far (see Conn::LastRound).
+  uint64_t Round = 1;
+  bool Coalesce = true;
   /// Sends UCX has not completed, on open and closed connections alike.
   SmallPtrSet<SendOp *, 16> Sending;
+  std::mt19937_64 Random{std::random_device{}()};
+  TransportStats Stats;
   bool Activity = false;
   /// Set by the destructor: no handler callback may run any more.
   bool Destroying = false;
@@ -222,6 +310,7 @@ private:
 Expected<std::unique_ptr<UcxTransport>>
 UcxTransport::create(const UcxTransportOptions &Opts) {
   std::unique_ptr<UcxTransport> T(new UcxTransport());
+  T->Coalesce = Opts.Coalesce;
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)
@@ -262,16 +351,24 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
   if ((S = ucp_worker_create(T->Context, &WP, &T->Worker)) != UCS_OK)
     return ucxError("ucp_worker_create", S);
 
-  ucp_am_handler_param_t HP{};
-  HP.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                  UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  HP.id = TcAmId;
-  HP.flags = UCP_AM_FLAG_WHOLE_MSG;
-  HP.cb = &UcxTransport::onAm;
-  HP.arg = T.get();
-  if ((S = ucp_worker_set_am_recv_handler(T->Worker, &HP)) != UCS_OK)
-    return ucxError("ucp_worker_set_am_recv_handler", S);
+  const std::pair<unsigned, ucp_am_recv_callback_t> Handlers[] = {
+      {TcAmId, &UcxTransport::onAm},
+      {WelcomeAmId, &UcxTransport::onWelcome},
+      {TokenAmId, &UcxTransport::onTokenAm},
+      {BatchAmId, &UcxTransport::onBatch}};
+  for (const auto &[Id, Cb] : Handlers) {
+    ucp_am_handler_param_t HP{};
+    HP.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                    UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    HP.id = Id;
+    HP.flags = UCP_AM_FLAG_WHOLE_MSG;
+    HP.cb = Cb;
+    HP.arg = T.get();
+    if ((S = ucp_worker_set_am_recv_handler(T->Worker, &HP)) != UCS_OK)
+      return ucxError("ucp_worker_set_am_recv_handler", S);
+  }
 
   T->WakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (T->WakeFd < 0)
@@ -288,9 +385,12 @@ UcxTransport::~UcxTransport() {
   // not finished in a bounded time (the peer may be dead, and a flush to a
   // dead peer lasts until UCX's keepalive gives up on it).
   std::vector<ucp_ep_h> Eps;
-  for (auto &KV : Conns)
+  for (auto &KV : Conns) {
+    if (KV.second.Ep)
+      flushBacklog(KV.second, KV.first, /*All=*/true);
     if (KV.second.Ep && KV.second.Owned)
       Eps.push_back(KV.second.Ep);
+  }
   for (ucp_ep_h Ep : Eps)
     closeEp(Ep, /*Force=*/false);
   auto Deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -432,8 +532,10 @@ void UcxTransport::onSendDone(void *Req, ucs_status_t S, void *User) {
   T->Sending.erase(Op);
   std::string Peer = "connection " + std::to_string(Op->Conn);
   auto It = T->Conns.find(Op->Conn);
-  if (It != T->Conns.end())
+  if (It != T->Conns.end()) {
     Peer = It->second.Peer;
+    --It->second.Held;
+  }
   // Queued, not called: a forced close completes sends from inside
   // ucp_ep_close_nbx(), which disconnect() and the destructor call.
   if (Op->Done)
@@ -453,32 +555,168 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
     complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
-  // UCX keeps pointers to the header and body of a send it cannot start
-  // at once, so both are copied into the op. No zero-copy attempt with
-  // UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL first: UCX 1.13 refuses immediate
-  // completion (UCS_ERR_NO_RESOURCE) for every UCP_AM_SEND_FLAG_REPLY send,
-  // so it would only add a failed call to each frame.
+  if (!Co->PeerToken) {
+    ++Stats.ReplyFrames;
+    post(*Co, C, TcAmId, Header, Body, /*Reply=*/true, std::move(Done));
+    return;
+  }
+  ++Stats.TokenFrames;
+  // Coalescing: the first frame of a progress() round leaves at once; the
+  // small frames after it on the same connection wait for the round's end
+  // (or the next progress() call) and leave as one batch. So a burst costs
+  // the sender and the receiver one active message per batch, while a
+  // lone frame (a ping-pong) is not delayed at all.
+  // Without coalescing every frame goes to UCX as it comes, as with UCX
+  // alone (UCX keeps an endpoint's sends in order).
+  bool Again = Co->LastRound == Round &&
+               Header.size() + Body.size() <= BatchFrameMax;
+  if (Coalesce && (Co->Held || !Co->Backlog.empty() || Again)) {
+    enqueue(*Co, C, Header, Body, std::move(Done));
+    // A burst without progress() streams out in full batches.
+    if (!Co->Held && Co->Backlog.size() > 1) {
+      Outgoing Open = std::move(Co->Backlog.back());
+      Co->Backlog.pop_back();
+      flushBacklog(*Co, C, /*All=*/false);
+      Co->Backlog.push_back(std::move(Open));
+    }
+    return;
+  }
+  Co->LastRound = Round;
+  SmallString<96> Tokened;
+  Tokened.resize(TokenSize);
+  support::endian::write64le(Tokened.data(), Co->PeerToken);
+  Tokened += Header;
+  post(*Co, C, TokenAmId, Tokened, Body, /*Reply=*/false, std::move(Done));
+}
+
+void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header,
+                           StringRef Body, unique_function<void(Error)> Done) {
+  if (Co.Backlog.empty())
+    Backlogged.push_back(C);
+  char Token[TokenSize];
+  support::endian::write64le(Token, Co.PeerToken);
+  size_t Size = Header.size() + Body.size();
+  if (Size > BatchFrameMax) {
+    Outgoing &O = Co.Backlog.emplace_back();
+    O.AmId = TokenAmId;
+    O.Header.assign(Token, TokenSize);
+    O.Header += Header;
+    O.Body = Body.str();
+    O.Frames = 1;
+    if (Done)
+      O.Done.push_back(std::move(Done));
+    return;
+  }
+  if (Co.Backlog.empty() || Co.Backlog.back().AmId != BatchAmId ||
+      Co.Backlog.back().Body.size() + BatchRecordOverhead + Size > BatchMax) {
+    Outgoing &O = Co.Backlog.emplace_back();
+    O.AmId = BatchAmId;
+    O.Header.assign(Token, TokenSize);
+  }
+  Outgoing &O = Co.Backlog.back();
+  appendBatchRecord(O.Body, Header, Body);
+  ++O.Frames;
+  if (Done)
+    O.Done.push_back(std::move(Done));
+}
+
+bool UcxTransport::flushBacklogs() {
+  if (Backlogged.empty())
+    return false;
+  Activity = true;
+  llvm::erase_if(Backlogged, [&](ConnId C) {
+    Conn *Co = findConn(C);
+    if (!Co || !Co->Ep)
+      return true;
+    flushBacklog(*Co, C, /*All=*/false);
+    return Co->Backlog.empty();
+  });
+  return true;
+}
+
+void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
+  while (!Co.Backlog.empty() && (All || !Co.Held)) {
+    Outgoing O = std::move(Co.Backlog.front());
+    Co.Backlog.pop_front();
+    if (O.AmId == BatchAmId) {
+      ++Stats.Batches;
+      Stats.BatchedFrames += O.Frames;
+    }
+    // One callback for the active message that reports to every frame's.
+    unique_function<void(Error)> Done;
+    if (O.Done.size() == 1)
+      Done = std::move(O.Done.front());
+    else if (!O.Done.empty())
+      Done = [Ds = std::move(O.Done)](Error E) mutable {
+        std::string Why = E ? toString(std::move(E)) : std::string();
+        for (auto &D : Ds)
+          D(Why.empty() ? Error::success() : createStringError(Why));
+      };
+    // The request path, without an immediate attempt first: the backlog
+    // exists because the FIFO was full, and UCX sends from the op's own
+    // strings, so nothing is copied again.
+    submit(Co,
+           new SendOp{this, C, std::move(O.Header), std::move(O.Body),
+                      std::move(Done)},
+           O.AmId, 0);
+  }
+}
+
+void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId, StringRef Header,
+                        StringRef Body, bool Reply,
+                        unique_function<void(Error)> Done) {
   // UCX reads only the fields op_attr_mask names: no need to clear the rest.
   ucp_request_param_t P;
-  auto *Op = new SendOp{this, C, Header.str(), Body.str(), std::move(Done)};
+  P.flags = Reply ? UCP_AM_SEND_FLAG_REPLY : 0;
+  ucs_status_ptr_t R;
+  // First try to send from the caller's buffers, completing at once. UCX
+  // 1.13 refuses that (UCS_ERR_NO_RESOURCE) for every REPLY send, and for a
+  // full FIFO; the request path below then takes copies.
+  if (!Reply && !Co.Held && Body.size() <= ImmediateMax) {
+    P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    R = ucp_am_send_nbx(Co.Ep, AmId, Header.data(), Header.size(),
+                        Body.data(), Body.size(), &P);
+    if (R == nullptr) {
+      ++Stats.ImmediateSends;
+      complete(std::move(Done), "");
+      return;
+    }
+    if (UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE) {
+      complete(std::move(Done), formatv("send to {0} failed: {1}", Co.Peer,
+                                        ucs_status_string(UCS_PTR_STATUS(R)))
+                                    .str());
+      return;
+    }
+  }
+  // UCX keeps pointers to the header and body of a send it cannot start at
+  // once, so both are copied into the op (UCX 1.13 has no
+  // UCP_AM_SEND_FLAG_COPY_HEADER).
+  submit(Co, new SendOp{this, C, Header.str(), Body.str(), std::move(Done)},
+         AmId, P.flags);
+}
+
+void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
+                          uint32_t Flags) {
+  ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;
-  P.flags = UCP_AM_SEND_FLAG_REPLY;
+  P.flags = Flags;
   P.cb.send = &UcxTransport::onSendDone;
   P.user_data = Op;
   ucs_status_ptr_t R =
-      ucp_am_send_nbx(Co->Ep, TcAmId, Op->Header.data(), Op->Header.size(),
+      ucp_am_send_nbx(Co.Ep, AmId, Op->Header.data(), Op->Header.size(),
                       Op->Body.data(), Op->Body.size(), &P);
   if (R == nullptr) {
     complete(std::move(Op->Done), "");
     delete Op;
   } else if (UCS_PTR_IS_ERR(R)) {
     complete(std::move(Op->Done),
-             formatv("send to {0} failed: {1}", Co->Peer,
+             formatv("send to {0} failed: {1}", Co.Peer,
                      ucs_status_string(UCS_PTR_STATUS(R)))
                  .str());
     delete Op;
   } else {
+    ++Co.Held;
     Sending.insert(Op);
   }
 }
@@ -509,6 +747,8 @@ void UcxTransport::disconnect(ConnId C) {
     return;
   // Flush: frames already sent reach the peer, and their sends complete
   // (from a later progress()) as UCX finishes them, successfully or not.
+  if (It->second.Ep)
+    flushBacklog(It->second, C, /*All=*/true);
   if (It->second.Ep && It->second.Owned)
     closeEp(It->second.Ep, /*Force=*/false);
   else if (It->second.Ep)
@@ -619,7 +859,7 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     return UCS_OK;
   if (!(Param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
       !Param->reply_ep)
-    return UCS_OK; // Not one of ours: tc always asks for a reply ep.
+    return UCS_OK; // Not one of ours: tc always asks for a reply ep here.
   ucp_ep_h Ep = Param->reply_ep;
   // A frame racing our disconnect(): its connection is gone.
   if (!T->ClosingEps.empty() && T->ClosingEps.count(Ep))
@@ -634,13 +874,112 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     T->Conns[C].Owned = false;
     T->Handler->onAccept(C);
   }
-  Conn *Found = T->findConn(C);
-  Conn &Co = Found ? *Found : T->Conns[C];
-  StringRef H(static_cast<const char *>(Header), HeaderLen);
-  bool Rndv = Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  Conn *Co = T->findConn(C);
+  if (!Co || !Co->Ep)
+    return UCS_OK; // onAccept closed it.
+  if (!Co->Token)
+    T->welcome(C, *Co);
+  return T->arrived(C, *Co,
+                    StringRef(static_cast<const char *>(Header), HeaderLen),
+                    Data, Length, Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+}
+
+void UcxTransport::welcome(ConnId C, Conn &Co) {
+  // Connection ids count up from 1 and are never reused; one that no longer
+  // fits the token keeps its peer on REPLY sends.
+  if (C > UINT32_MAX)
+    return;
+  Co.Token = (Random() << 32) | C;
+  char Buf[TokenSize];
+  support::endian::write64le(Buf, Co.Token);
+  // Best effort: should it fail, the peer just goes on sending with REPLY.
+  post(Co, C, WelcomeAmId, StringRef(Buf, TokenSize), StringRef(),
+       /*Reply=*/true, nullptr);
+}
+
+ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
+                                     size_t HeaderLen, void *, size_t,
+                                     const ucp_am_recv_param_t *Param) {
+  auto *T = static_cast<UcxTransport *>(Arg);
+  T->Activity = true;
+  if (T->Destroying || HeaderLen != TokenSize ||
+      !(Param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+    return UCS_OK;
+  auto Known = T->ByEp.find(Param->reply_ep);
+  if (Known == T->ByEp.end())
+    return UCS_OK; // Closed meanwhile, or not a connection of ours.
+  if (Conn *Co = T->findConn(Known->second))
+    Co->PeerToken = support::endian::read64le(Header);
+  return UCS_OK;
+}
+
+UcxTransport::Conn *UcxTransport::byToken(const void *Header, ConnId &C) {
+  // The token names the connection; a token of a connection that is closed
+  // (or was never ours) drops the frame, as a frame on a closing ep is.
+  uint64_t Token = support::endian::read64le(Header);
+  C = Token & UINT32_MAX;
+  Conn *Co = findConn(C);
+  if (Co && Co->Ep && Co->Token == Token)
+    return Co;
+  ++Stats.DroppedFrames;
+  return nullptr;
+}
+
+ucs_status_t UcxTransport::onTokenAm(void *Arg, const void *Header,
+                                     size_t HeaderLen, void *Data,
+                                     size_t Length,
+                                     const ucp_am_recv_param_t *Param) {
+  auto *T = static_cast<UcxTransport *>(Arg);
+  T->Activity = true;
+  if (T->Destroying || HeaderLen < TokenSize)
+    return UCS_OK;
+  ConnId C;
+  Conn *Co = T->byToken(Header, C);
+  if (!Co)
+    return UCS_OK;
+  return T->arrived(
+      C, *Co,
+      StringRef(static_cast<const char *>(Header) + TokenSize,
+                HeaderLen - TokenSize),
+      Data, Length, Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+}
+
+ucs_status_t UcxTransport::onBatch(void *Arg, const void *Header,
+                                   size_t HeaderLen, void *Data, size_t Length,
+                                   const ucp_am_recv_param_t *Param) {
+  auto *T = static_cast<UcxTransport *>(Arg);
+  T->Activity = true;
+  if (T->Destroying || HeaderLen != TokenSize ||
+      (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    ++T->Stats.DroppedFrames; // tc never sends a batch by rendezvous.
+    return UCS_OK;
+  }
+  ConnId C;
+  Conn *Co = T->byToken(Header, C);
+  if (!Co)
+    return UCS_OK;
+  Expected<size_t> N = splitBatch(
+      StringRef(static_cast<const char *>(Data), Length),
+      [&](StringRef H, StringRef B) {
+        T->arrived(C, *Co, H, const_cast<char *>(B.data()), B.size(),
+                   /*Rndv=*/false);
+        // A frame's handler may have closed the connection or the transport.
+        Co = T->Destroying ? nullptr : T->findConn(C);
+        return Co && Co->Ep;
+      });
+  if (!N) {
+    // The frames before the defect were delivered; the rest is lost, as a
+    // malformed frame would be. A peer running tc never sends one.
+    consumeError(N.takeError());
+    ++T->Stats.DroppedFrames;
+  }
+  return UCS_OK;
+}
+
+ucs_status_t UcxTransport::arrived(ConnId C, Conn &Co, StringRef H,
+                                   void *Data, size_t Length, bool Rndv) {
   if (!Rndv && Co.Queue.empty()) {
-    T->Handler->onFrame(C, H, StringRef(static_cast<const char *>(Data),
-                                        Length));
+    Handler->onFrame(C, H, StringRef(static_cast<const char *>(Data), Length));
     return UCS_OK;
   }
   auto Slot = std::make_shared<Arrival>();
@@ -652,13 +991,13 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     return UCS_OK;
   }
   Slot->Body.resize(Length);
-  auto *Op = new RecvOp{T, C, Slot};
+  auto *Op = new RecvOp{this, C, Slot};
   ucp_request_param_t P{};
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   P.cb.recv_am = &UcxTransport::onRecvDone;
   P.user_data = Op;
   ucs_status_ptr_t R =
-      ucp_am_recv_data_nbx(T->Worker, Data, Slot->Body.data(), Length, &P);
+      ucp_am_recv_data_nbx(Worker, Data, Slot->Body.data(), Length, &P);
   if (R == nullptr)
     onRecvDone(nullptr, UCS_OK, Length, Op);
   else if (UCS_PTR_IS_ERR(R))
@@ -670,7 +1009,11 @@ bool UcxTransport::progress() {
   // One pass, as ucp_worker_progress users do: a caller that got `true`
   // calls again. Looping here until UCX is quiet would add a whole poll of
   // every transport to each message's latency.
+  // A new round: the next frame on each connection leaves at once again.
+  ++Round;
+  bool Flushed = flushBacklogs();
   Activity = ucp_worker_progress(Worker) != 0;
+  Activity |= Flushed;
   // Callbacks may send or disconnect, queueing more: loop until quiet.
   while (!Completions.empty() || !Lost.empty()) {
     while (!Completions.empty()) {
@@ -695,19 +1038,29 @@ bool UcxTransport::progress() {
       for (SendOp *Op : Sending)
         if (Op->Conn == L.first && Op->Done)
           Late.push_back(std::exchange(Op->Done, nullptr));
+      // Frames that never reached UCX fail with the connection, after the
+      // ones UCX held (their order of sending).
+      for (Outgoing &O : It->second.Backlog)
+        for (auto &D : O.Done)
+          Late.push_back(std::move(D));
       eraseConn(It);
       for (auto &Done : Late)
         Done(createStringError(L.second));
       Handler->onDisconnect(L.first, L.second);
     }
   }
+  // What handlers and callbacks sent in this round, and backlogs UCX has
+  // let go of meanwhile.
+  flushBacklogs();
   if (!Closing.empty())
     reapClosing();
   return Activity;
 }
 
 Error UcxTransport::wait(int TimeoutMs) {
-  if (!Completions.empty() || !Lost.empty())
+  // A backlog is sent from progress(), and UCX raises no event when the
+  // sends it waits for leave: keep the caller progressing.
+  if (!Completions.empty() || !Lost.empty() || !Backlogged.empty())
     return Error::success();
   ucs_status_t S = ucp_worker_arm(Worker);
   if (S == UCS_ERR_BUSY)

@@ -370,7 +370,7 @@ ClientWorker::~ClientWorker() {
 }
 
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
-                bool ShipAlways) {
+                bool ShipAlways, bool Coalesce) {
   tc_context_params_t CP{};
   CP.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH |
                   TC_CONTEXT_PARAM_FIELD_SHIP_CODE;
@@ -379,8 +379,10 @@ void makeClient(ClientWorker &C, const std::string &IfuncPath,
   if (tc_context_create(&CP, &C.Ctx) != TC_OK)
     die("cannot create a tc context");
   tc_worker_params_t WP{};
-  WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
+                  TC_WORKER_PARAM_FIELD_COALESCE;
   WP.target_args = &C.Counter;
+  WP.coalesce = Coalesce;
   if (tc_worker_create(C.Ctx, &WP, &C.W) != TC_OK)
     die("cannot create a tc worker");
   if (tc_worker_register_local(C.W, "tsi", tsi_main) != TC_OK ||

@@ -164,9 +164,10 @@ struct ClientWorker {
 };
 
 /// Creates a client worker; \p ShipAlways attaches the archive to every
-/// message (the "uncached" mode).
+/// message (the "uncached" mode); \p Coalesce false sends every message as
+/// its own UCX active message (tc_worker_params_t::coalesce).
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
-                bool ShipAlways);
+                bool ShipAlways, bool Coalesce = true);
 tc_ep_h connectTo(ClientWorker &C, const Child &S);
 tc_ifunc_h registerIfunc(ClientWorker &C, const char *Name);
 /// Sends a control message and waits until the server processed it.

@@ -60,10 +60,10 @@ void sendOrDie(tc_status_t S) {
 /// One steady-state mode: latency, rate, frame bytes; checks the target ran
 /// exactly what was sent.
 void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
-                bool ShipAlways, const char *Ifunc) {
+                bool ShipAlways, const char *Ifunc, bool Coalesce = true) {
   note("tsi " + Mode + ": latency and rate");
   ClientWorker C;
-  makeClient(C, R.O.IfuncPath, ShipAlways);
+  makeClient(C, R.O.IfuncPath, ShipAlways, Coalesce);
   tc_ep_h Ep = connectTo(C, Server);
   static const unsigned char One = 1;
   SendFn Send;
@@ -105,6 +105,12 @@ void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
   R.add(Mode, "latency_us", Lat, "us");
   R.add(Mode, "rate_msgs", Rate, "msgs/s");
   R.add(Mode, "frame_bytes", Bytes, "bytes");
+  // How many messages each UCX active message carried in the rate run (the
+  // batches coalescing made; 1 without).
+  uint64_t Batched = W1.batched_frames - W0.batched_frames;
+  uint64_t Ams = Frames + 1 - Batched + (W1.batches_sent - W0.batches_sent);
+  R.add(Mode, "msgs_per_am",
+        static_cast<double>(Frames + 1) / static_cast<double>(Ams), "msgs");
   if (M)
     tc_msg_free(M);
   if (F)
@@ -399,6 +405,7 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       Child S = Serve({}, "tsi server");
       steadyMode(R, "am", S, false, nullptr);
       steadyMode(R, "cached", S, false, "tsi");
+      steadyMode(R, "cached-unbatched", S, false, "tsi", /*Coalesce=*/false);
       stopServer(S);
     }
     {
@@ -461,8 +468,12 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     std::printf("\ncached/am latency %.3f, cached/am rate %.3f", Ca / Am,
                 Find("cached", "rate_msgs") / Find("am", "rate_msgs"));
     if (double P = Find("ucx_perftest", "latency_us"))
-      std::printf(", cached/ucx_perftest latency %.3f, rate %.3f", Ca / P,
+      std::printf(", cached/ucx_perftest latency %.3f, rate %.3f "
+                  "(unbatched %.3f)",
+                  Ca / P,
                   Find("cached", "rate_msgs") /
+                      Find("ucx_perftest", "rate_msgs"),
+                  Find("cached-unbatched", "rate_msgs") /
                       Find("ucx_perftest", "rate_msgs"));
     std::printf("\nuncached/cached latency %.3f\n",
                 Find("uncached", "latency_us") / Ca);

@@ -109,7 +109,8 @@ typedef struct tc_context_params {
 enum tc_worker_params_field {
     TC_WORKER_PARAM_FIELD_TARGET_ARGS = TC_BIT(0),
     TC_WORKER_PARAM_FIELD_ERROR_CB    = TC_BIT(1),
-    TC_WORKER_PARAM_FIELD_ACCEPT_CB   = TC_BIT(2)
+    TC_WORKER_PARAM_FIELD_ACCEPT_CB   = TC_BIT(2),
+    TC_WORKER_PARAM_FIELD_COALESCE    = TC_BIT(3)
 };
 
 /** Called on the source when a target rejected one of its messages. */
@@ -128,6 +129,14 @@ typedef struct tc_worker_params {
     void                *error_arg;
     tc_accept_cb_t       accept_cb;   /**< Accepted connections. */
     void                *accept_arg;
+    /** Non-zero (the default): on each endpoint, the first small message
+     *  between two progress calls leaves at once and the ones after it
+     *  (and all while UCX still holds an earlier send) leave together, as
+     *  one UCX active message, from the next progress call (or as soon as
+     *  4 KiB have gathered). Zero: every message is its own active message,
+     *  as with UCX alone. Either way messages arrive in order and each
+     *  completion reports its own message. */
+    int                  coalesce;
 } tc_worker_params_t;
 
 /** A function linked into the target, run by tc_ep_send_local(). */
@@ -151,6 +160,9 @@ typedef struct tc_worker_stats {
     uint64_t errors_received;/**< Rejections this worker got as a sender. */
     uint64_t frames_sent;    /**< Frames of any kind this worker sent. */
     uint64_t bytes_sent;     /**< Their bytes: headers + bodies. */
+    uint64_t batches_sent;   /**< UCX active messages carrying several frames
+                                  (see tc_worker_params_t::coalesce) */
+    uint64_t batched_frames; /**< and the frames they carried. */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);

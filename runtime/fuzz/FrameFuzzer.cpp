@@ -4,9 +4,12 @@
 // the format has one encoding per frame, so a parser that accepts anything
 // else is accepting bytes it does not understand. And the receive fast
 // path (decodeSmallInvoke) never accepts what the general decoder rejects.
+// The same bytes read as a batch body (Batch.h) must split into records
+// that rebuild it exactly, or stop at a defect.
 //
 //===----------------------------------------------------------------------===//
 
+#include "Batch.h"
 #include "Frame.h"
 
 #include <cstddef>
@@ -24,6 +27,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
         G->Payload != Body)
       __builtin_trap();
   }
+  // A batch: the records handed out rebuild the bytes they came from (all
+  // of them, unless the walk stopped at a defect).
+  std::string Rebuilt;
+  llvm::Expected<size_t> N =
+      tc::splitBatch(Bytes, [&](llvm::StringRef H, llvm::StringRef B) {
+        tc::appendBatchRecord(Rebuilt, H, B);
+        return true;
+      });
+  if (N ? Rebuilt != Bytes : !Bytes.starts_with(Rebuilt))
+    __builtin_trap();
+  if (!N)
+    llvm::consumeError(N.takeError());
   llvm::Expected<tc::Frame> F = tc::decodeFrame(Bytes);
   if (!F) {
     llvm::consumeError(F.takeError());

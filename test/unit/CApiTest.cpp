@@ -42,13 +42,18 @@ struct Worker {
   tc_context_h Ctx = nullptr;
   tc_worker_h W = nullptr;
   uint16_t Port = 0;
-  explicit Worker(void *TargetArgs = nullptr) {
+  /// \p Coalesce < 0: the field is left unset (the default).
+  explicit Worker(void *TargetArgs = nullptr, int Coalesce = -1) {
     tc_context_params_t CP;
     CP.field_mask = 0;
     EXPECT_EQ(tc_context_create(&CP, &Ctx), TC_OK);
     tc_worker_params_t WP;
     WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
     WP.target_args = TargetArgs;
+    if (Coalesce >= 0) {
+      WP.field_mask |= TC_WORKER_PARAM_FIELD_COALESCE;
+      WP.coalesce = Coalesce;
+    }
     EXPECT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
     EXPECT_EQ(tc_worker_listen(W, "127.0.0.1", 0, &Port), TC_OK);
   }
@@ -173,6 +178,85 @@ TEST(CApi, LocalFunctionBaseline) {
   EXPECT_EQ(St.code_frames, 0u);
   EXPECT_EQ(St.compiles, 0u);
   tc_ep_destroy(Ep);
+}
+
+/// Flushes \p Ep; returns the status the flush ended with.
+static tc_status_t flushStatus(std::vector<tc_worker_h> Ws, tc_ep_h Ep) {
+  struct Done {
+    bool Yes = false;
+    tc_status_t S = TC_OK;
+  } D;
+  tc_status_t S = tc_ep_flush_nb(
+      Ep,
+      [](void *A, tc_status_t S) {
+        static_cast<Done *>(A)->Yes = true;
+        static_cast<Done *>(A)->S = S;
+      },
+      &D);
+  if (S != TC_INPROGRESS)
+    return S;
+  EXPECT_TRUE(runUntil(Ws, [&] { return D.Yes; }));
+  return D.S;
+}
+
+TEST(CApi, BurstsAreCoalescedUnlessTurnedOffAndStayInOrder) {
+  for (int Coalesce : {-1, 0}) {
+    SCOPED_TRACE(Coalesce < 0 ? "coalesce unset (on)" : "coalesce = 0");
+    std::vector<uint32_t> Seen;
+    Worker Target, Source(nullptr, Coalesce);
+    ASSERT_EQ(tc_worker_register_local(Target.W, "rec",
+                                       [](void *P, size_t N, void *Args) {
+                                         uint32_t V = ~0u;
+                                         if (N == sizeof V)
+                                           std::memcpy(&V, P, N);
+                                         static_cast<std::vector<uint32_t> *>(
+                                             Args)
+                                             ->push_back(V);
+                                       }),
+              TC_OK);
+    ASSERT_EQ(tc_worker_set_target_args(Target.W, "rec", &Seen), TC_OK);
+    tc_ep_h Ep;
+    ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+    // The first exchange sets the connection up (the target's welcome
+    // arrives before the fence's answer).
+    uint32_t V = 0;
+    ASSERT_EQ(tc_ep_send_local(Ep, "rec", &V, sizeof V, nullptr, nullptr),
+              TC_INPROGRESS);
+    ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+    tc_worker_stats_t S0;
+    ASSERT_EQ(tc_worker_query_stats(Source.W, &S0), TC_OK);
+    // A burst without progress: the first leaves at once, the rest wait.
+    const uint32_t N = 300;
+    int Completed = 0;
+    for (V = 1; V <= N; ++V)
+      ASSERT_EQ(tc_ep_send_local(Ep, "rec", &V, sizeof V,
+                                 [](void *A, tc_status_t S) {
+                                   EXPECT_EQ(S, TC_OK);
+                                   ++*static_cast<int *>(A);
+                                 },
+                                 &Completed),
+                TC_INPROGRESS);
+    ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+    EXPECT_EQ(Completed, int(N));
+    ASSERT_EQ(Seen.size(), N + 1);
+    for (uint32_t I = 0; I <= N; ++I)
+      ASSERT_EQ(Seen[I], I) << "out of order at " << I;
+    tc_worker_stats_t S1;
+    ASSERT_EQ(tc_worker_query_stats(Source.W, &S1), TC_OK);
+    uint64_t Batches = S1.batches_sent - S0.batches_sent;
+    uint64_t Batched = S1.batched_frames - S0.batched_frames;
+    if (Coalesce == 0) {
+      EXPECT_EQ(Batches, 0u);
+      EXPECT_EQ(Batched, 0u);
+    } else {
+      // 299 frames and the fence, 28 and 24 bytes + 8 per record: three
+      // 4 KiB batches.
+      EXPECT_GE(Batches, 2u);
+      EXPECT_LT(Batches, 10u);
+      EXPECT_EQ(Batched, N);
+    }
+    tc_ep_destroy(Ep);
+  }
 }
 
 TEST(CApi, ConnectByWorkerAddress) {
@@ -309,25 +393,6 @@ define void @bad_main(ptr %p, i64 %n, ptr %t) {
 }
 
 } // namespace
-
-/// Flushes \p Ep; returns the status the flush ended with.
-static tc_status_t flushStatus(std::vector<tc_worker_h> Ws, tc_ep_h Ep) {
-  struct Done {
-    bool Yes = false;
-    tc_status_t S = TC_OK;
-  } D;
-  tc_status_t S = tc_ep_flush_nb(
-      Ep,
-      [](void *A, tc_status_t S) {
-        static_cast<Done *>(A)->Yes = true;
-        static_cast<Done *>(A)->S = S;
-      },
-      &D);
-  if (S != TC_INPROGRESS)
-    return S;
-  EXPECT_TRUE(runUntil(Ws, [&] { return D.Yes; }));
-  return D.S;
-}
 
 TEST(CApi, RestartedTargetGetsTheCodeAgain) {
   // One long-lived sender; the target goes away and a new one takes its

@@ -1,5 +1,6 @@
 //===- FrameTest.cpp - Wire frame encode/decode and defects ---------------===//
 
+#include "Batch.h"
 #include "Frame.h"
 
 #include "llvm/Support/Endian.h"
@@ -216,6 +217,69 @@ TEST(Frame, DefectsHaveSpecificMessages) {
   llvm::support::endian::write32le(&M[12], 1);
   EXPECT_EQ(err(decodeFrame(M)), "malformed frame: 5 frame with non-zero "
                                  "fields");
+}
+
+} // namespace
+
+namespace {
+
+TEST(Batch, RecordsSplitBackInOrder) {
+  std::string B;
+  tc::appendBatchRecord(B, "h1", "body one");
+  tc::appendBatchRecord(B, "", "");
+  tc::appendBatchRecord(B, std::string(24, 'x'), std::string(1000, 'y'));
+  std::vector<std::pair<std::string, std::string>> Got;
+  llvm::Expected<size_t> N =
+      tc::splitBatch(B, [&](llvm::StringRef H, llvm::StringRef Body) {
+        Got.emplace_back(H.str(), Body.str());
+        return true;
+      });
+  ASSERT_TRUE(!!N) << llvm::toString(N.takeError());
+  EXPECT_EQ(*N, 3u);
+  ASSERT_EQ(Got.size(), 3u);
+  EXPECT_EQ(Got[0], std::make_pair(std::string("h1"), std::string("body one")));
+  EXPECT_EQ(Got[1], std::make_pair(std::string(), std::string()));
+  EXPECT_EQ(Got[2].first, std::string(24, 'x'));
+  EXPECT_EQ(Got[2].second, std::string(1000, 'y'));
+  // The callback can stop the walk.
+  size_t Calls = 0;
+  N = tc::splitBatch(B, [&](llvm::StringRef, llvm::StringRef) {
+    return ++Calls < 2;
+  });
+  ASSERT_TRUE(!!N);
+  EXPECT_EQ(*N, 2u);
+}
+
+TEST(Batch, DefectsStopTheWalkWithAnError) {
+  std::string Good;
+  tc::appendBatchRecord(Good, "hdr", "body");
+  struct Case {
+    const char *What;
+    std::string Bytes;
+    const char *Error;
+  } Cases[] = {
+      {"sizes cut short", Good + std::string(5, '\0'), "too few for its sizes"},
+      {"frame cut short", Good.substr(0, Good.size() - 1), "only 6 left"},
+      {"sizes past the end", Good + std::string("\xff\xff\xff\xff\0\0\0\0", 8),
+       "only 0 left"},
+      {"sizes that overflow 32 bits together",
+       Good + std::string("\xff\xff\xff\xff\xff\xff\xff\xff", 8),
+       "only 0 left"},
+  };
+  for (const Case &C : Cases) {
+    SCOPED_TRACE(C.What);
+    size_t Delivered = 0;
+    llvm::Expected<size_t> N =
+        tc::splitBatch(C.Bytes, [&](llvm::StringRef, llvm::StringRef) {
+          ++Delivered;
+          return true;
+        });
+    ASSERT_FALSE(!!N);
+    std::string Msg = llvm::toString(N.takeError());
+    EXPECT_NE(Msg.find(C.Error), std::string::npos) << Msg;
+    // Only whole records before the defect were handed out.
+    EXPECT_EQ(Delivered, C.Bytes.size() > Good.size() ? 1u : 0u);
+  }
 }
 
 } // namespace

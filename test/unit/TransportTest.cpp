@@ -248,11 +248,12 @@ struct Tls {
 const Tls Shm{"shm", "posix,self,tcp", "lo"};
 const Tls Tcp{"tcp", "tcp", "lo"};
 
-std::unique_ptr<Transport> ucx(const Tls &P) {
+std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true) {
   if (P.NetDevices)
     setenv("UCX_NET_DEVICES", P.NetDevices, 1); // read by ucp_config_read
   UcxTransportOptions Opts;
   Opts.Transports = P.Transports;
+  Opts.Coalesce = Coalesce;
   auto T = createUcxTransport(Opts);
   if (P.NetDevices)
     unsetenv("UCX_NET_DEVICES");
@@ -305,6 +306,79 @@ TEST_P(UcxTransportTest, EagerAndRendezvousFramesArriveInOrder) {
     EXPECT_EQ(B->E.Frames[I].Conn, BC);
     EXPECT_EQ(B->E.Frames[I].Header, "frame" + std::to_string(I));
     EXPECT_TRUE(B->E.Frames[I].Body == Bodies[I]) << "body " << I;
+  }
+}
+
+TEST_P(UcxTransportTest, TokensReplaceReplyEndpointsAfterTheFirstFrame) {
+  connect();
+  A->send(AC, "first", "1");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return B->E.Frames.size() == 1 && A->T->stats().TokenFrames == 0 &&
+           A->Results.size() == 1;
+  }));
+  // The welcome is on its way; once A has it, frames carry B's token.
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    A->send(AC, "again", "2");
+    return A->T->stats().TokenFrames > 0;
+  }));
+  A->send(AC, "last", "3");
+  // "first", the "again"s and "last", each counted once, as one kind.
+  size_t Sent = A->T->stats().ReplyFrames + A->T->stats().TokenFrames;
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return B->E.Frames.size() == Sent && A->Results.size() == Sent;
+  }));
+  EXPECT_EQ(B->E.Frames.back().Header, "last");
+  for (const auto &F : B->E.Frames)
+    EXPECT_EQ(F.Conn, BC);
+  EXPECT_EQ(B->T->stats().DroppedFrames, 0u);
+}
+
+TEST_P(UcxTransportTest, FramesBetweenProgressCallsLeaveAsBatchesInOrder) {
+  for (bool Coalesce : {true, false}) {
+    SCOPED_TRACE(Coalesce ? "coalescing" : "not coalescing");
+    A = std::make_unique<Side>(ucx(GetParam(), Coalesce));
+    B = std::make_unique<Side>(ucx(GetParam()));
+    connect();
+    // Set the connection up: probes until B's welcome gave A its token.
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      A->send(AC, "probe", "");
+      return A->T->stats().TokenFrames > 0;
+    }));
+    TransportStats S0 = A->T->stats();
+    size_t Probes = S0.ReplyFrames + S0.TokenFrames;
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      return B->E.Frames.size() == Probes && A->Results.size() == Probes;
+    }));
+    size_t Before = Probes;
+    // Small frames and one too big to batch, all without progress().
+    std::vector<std::string> Bodies;
+    for (unsigned I = 0; I < 200; ++I)
+      Bodies.push_back(pattern(I == 150 ? 3000 : I % 7, I));
+    for (unsigned I = 0; I < Bodies.size(); ++I)
+      A->send(AC, "b" + std::to_string(I), Bodies[I]);
+    EXPECT_EQ(A->Results.size(), Probes) << "completed inside send()";
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      return B->E.Frames.size() == Before + Bodies.size();
+    }));
+    for (unsigned I = 0; I < Bodies.size(); ++I) {
+      const auto &F = B->E.Frames[Before + I];
+      ASSERT_EQ(F.Header, "b" + std::to_string(I));
+      EXPECT_TRUE(F.Body == Bodies[I]) << "body " << I;
+      EXPECT_EQ(F.Conn, BC);
+    }
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      return A->Results.size() == Probes + Bodies.size();
+    }));
+    for (const std::string &R : A->Results)
+      EXPECT_EQ(R, "");
+    TransportStats S1 = A->T->stats();
+    if (Coalesce) {
+      EXPECT_GE(S1.Batches - S0.Batches, 2u); // split by the big frame
+      EXPECT_GE(S1.BatchedFrames - S0.BatchedFrames, 190u);
+    } else {
+      EXPECT_EQ(S1.Batches, 0u);
+    }
+    EXPECT_EQ(B->T->stats().DroppedFrames, 0u);
   }
 }
 
