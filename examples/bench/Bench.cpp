@@ -537,9 +537,10 @@ processes, verifies every result, then prints a table, JSON or CSV.
 SCENARIOS:
   tsi     target-side increment: latency and message rate for the modes
           am (local function, only an id travels), cached (ifunc, code
-          already at the target), uncached (every message carries the
-          archive), object (native member), ucx_perftest (UCX's own AM),
-          and first contact (jit, object, disk-cache)
+          already at the target), cached-unbatched (the same, one UCX AM
+          per message: coalescing off), uncached (every message carries
+          the archive), object (native member), ucx_perftest (UCX's own
+          AM), and first contact (jit, object, disk-cache)
   dapc    distributed pointer chase: dapc (ifunc forwards itself), am
           (the same walk linked into the servers), gbpc (client does one
           UCX GET per hop, tc-gbpc); rate over depth and server count
