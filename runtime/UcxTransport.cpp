@@ -652,9 +652,10 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
         for (auto &D : Ds)
           D(Why.empty() ? Error::success() : createStringError(Why));
       };
-    // The request path, without an immediate attempt first: the backlog
-    // exists because the FIFO was full, and UCX sends from the op's own
-    // strings, so nothing is copied again.
+    // The request path, without an immediate attempt first (a batch is
+    // mostly past UCX's short-message size, and a backlog after a full FIFO
+    // would only retry it); UCX sends from the op's own strings, so nothing
+    // is copied again.
     submit(Co,
            new SendOp{this, C, std::move(O.Header), std::move(O.Body),
                       std::move(Done)},
