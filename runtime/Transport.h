@@ -50,7 +50,6 @@ public:
 struct TransportStats {
   uint64_t ReplyFrames = 0;    ///< Sent asking UCX for a reply endpoint.
   uint64_t TokenFrames = 0;    ///< Sent with the peer's connection token.
-  uint64_t ImmediateSends = 0; ///< Completed at once from the caller's data.
   uint64_t DroppedFrames = 0;  ///< Arrived with a token of no connection,
                                ///< or in a malformed batch.
   uint64_t Batches = 0;        ///< Batches sent (several frames in one AM)

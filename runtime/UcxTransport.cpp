@@ -116,11 +116,11 @@ class UcxTransport;
 
 /// A send that did not leave at once: owns copies of the header and body
 /// until UCX is done with them (UCX 1.13 has no
-/// UCP_AM_SEND_FLAG_COPY_HEADER).
+/// UCP_AM_SEND_FLAG_COPY_HEADER). Counted in its connection's Held while UCX
+/// holds it.
 struct SendOp {
   UcxTransport *T;
   ConnId Conn;
-  /// Counted in its connection's Held (see Conn).
   std::string Header;
   std::string Body;
   /// Empty once reported (the connection died first); the op then lives on
@@ -128,8 +128,8 @@ struct SendOp {
   unique_function<void(Error)> Done;
 };
 
-/// An active message waiting in a connection's backlog for UCX to finish
-/// the sends before it: one frame, or a batch of small ones.
+/// An active message waiting in a connection's backlog (coalesced, or
+/// behind a send UCX still holds): one frame, or a batch of small ones.
 struct Outgoing {
   unsigned AmId;
   std::string Header; ///< Token included.
@@ -186,7 +186,8 @@ private:
     uint64_t PeerToken = 0;
     uint64_t Token = 0;
     /// Sends on this connection UCX still holds. While there are any, new
-    /// frames wait in Backlog (small ones batched) instead of touching UCX:
+    /// frames wait in Backlog (small ones batched; with coalescing on)
+    /// instead of touching UCX:
     /// the sender backs off from a full FIFO rather than retrying it, and
     /// the receiver gets many frames per active message.
     unsigned Held = 0;
@@ -593,28 +594,23 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header,
                            StringRef Body, unique_function<void(Error)> Done) {
   if (Co.Backlog.empty())
     Backlogged.push_back(C);
-  char Token[TokenSize];
-  support::endian::write64le(Token, Co.PeerToken);
+  // A big frame goes alone; a small one joins the open batch, or opens one.
   size_t Size = Header.size() + Body.size();
-  if (Size > BatchFrameMax) {
-    Outgoing &O = Co.Backlog.emplace_back();
-    O.AmId = TokenAmId;
-    O.Header.assign(Token, TokenSize);
-    O.Header += Header;
-    O.Body = Body.str();
-    O.Frames = 1;
-    if (Done)
-      O.Done.push_back(std::move(Done));
-    return;
-  }
-  if (Co.Backlog.empty() || Co.Backlog.back().AmId != BatchAmId ||
+  bool Alone = Size > BatchFrameMax;
+  if (Alone || Co.Backlog.empty() || Co.Backlog.back().AmId != BatchAmId ||
       Co.Backlog.back().Body.size() + BatchRecordOverhead + Size > BatchMax) {
     Outgoing &O = Co.Backlog.emplace_back();
-    O.AmId = BatchAmId;
-    O.Header.assign(Token, TokenSize);
+    O.AmId = Alone ? TokenAmId : BatchAmId;
+    O.Header.resize(TokenSize);
+    support::endian::write64le(O.Header.data(), Co.PeerToken);
   }
   Outgoing &O = Co.Backlog.back();
-  appendBatchRecord(O.Body, Header, Body);
+  if (Alone) {
+    O.Header += Header;
+    O.Body = Body.str();
+  } else {
+    appendBatchRecord(O.Body, Header, Body);
+  }
   ++O.Frames;
   if (Done)
     O.Done.push_back(std::move(Done));
@@ -678,7 +674,6 @@ void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId, StringRef Header,
     R = ucp_am_send_nbx(Co.Ep, AmId, Header.data(), Header.size(),
                         Body.data(), Body.size(), &P);
     if (R == nullptr) {
-      ++Stats.ImmediateSends;
       complete(std::move(Done), "");
       return;
     }
