@@ -13,6 +13,8 @@
 
 #include "gtest/gtest.h"
 
+#include <ucp/api/ucp.h>
+
 #include <chrono>
 #include <csignal>
 #include <list>
@@ -380,6 +382,102 @@ TEST_P(UcxTransportTest, FramesBetweenProgressCallsLeaveAsBatchesInOrder) {
     }
     EXPECT_EQ(B->T->stats().DroppedFrames, 0u);
   }
+}
+
+/// A bare UCX worker that sends active messages of any id to a worker
+/// address: a peer that does not speak tc's transport.
+struct RawUcxPeer {
+  ucp_context_h Ctx = nullptr;
+  ucp_worker_h W = nullptr;
+  ucp_ep_h Ep = nullptr;
+
+  RawUcxPeer(const Tls &P, const std::string &Address) {
+    ucp_config_t *Cfg;
+    EXPECT_EQ(ucp_config_read(nullptr, nullptr, &Cfg), UCS_OK);
+    EXPECT_EQ(ucp_config_modify(Cfg, "TLS", P.Transports), UCS_OK);
+    if (P.NetDevices)
+      EXPECT_EQ(ucp_config_modify(Cfg, "NET_DEVICES", P.NetDevices), UCS_OK);
+    ucp_params_t PP{};
+    PP.field_mask = UCP_PARAM_FIELD_FEATURES;
+    PP.features = UCP_FEATURE_AM;
+    EXPECT_EQ(ucp_init(&PP, Cfg, &Ctx), UCS_OK);
+    ucp_config_release(Cfg);
+    ucp_worker_params_t WP{};
+    EXPECT_EQ(ucp_worker_create(Ctx, &WP, &W), UCS_OK);
+    ucp_ep_params_t EP{};
+    EP.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    EP.address = reinterpret_cast<const ucp_address_t *>(Address.data());
+    EXPECT_EQ(ucp_ep_create(W, &EP, &Ep), UCS_OK);
+  }
+  /// Sends; \p Header and \p Body must live until done() (UCX may need
+  /// the receiver to progress first, for wire-up).
+  void send(unsigned Id, llvm::StringRef Header, llvm::StringRef Body) {
+    ucp_request_param_t P{};
+    ucs_status_ptr_t R = ucp_am_send_nbx(Ep, Id, Header.data(), Header.size(),
+                                         Body.data(), Body.size(), &P);
+    ASSERT_FALSE(UCS_PTR_IS_ERR(R));
+    if (R)
+      Sends.push_back(R);
+  }
+  /// Progresses; true once every send has completed (successfully).
+  bool done() {
+    ucp_worker_progress(W);
+    llvm::erase_if(Sends, [](void *R) {
+      ucs_status_t S = ucp_request_check_status(R);
+      if (S == UCS_INPROGRESS)
+        return false;
+      EXPECT_EQ(S, UCS_OK);
+      ucp_request_free(R);
+      return true;
+    });
+    return Sends.empty();
+  }
+  std::vector<void *> Sends;
+  ~RawUcxPeer() {
+    for (void *R : Sends) {
+      ucp_request_cancel(W, R);
+      ucp_request_free(R);
+    }
+    ucp_request_param_t P{};
+    ucs_status_ptr_t R = ucp_ep_close_nbx(Ep, &P);
+    auto Deadline = Clock::now() + std::chrono::seconds(2);
+    while (R && !UCS_PTR_IS_ERR(R) &&
+           ucp_request_check_status(R) == UCS_INPROGRESS &&
+           Clock::now() < Deadline)
+      ucp_worker_progress(W);
+    if (R && !UCS_PTR_IS_ERR(R))
+      ucp_request_free(R);
+    ucp_worker_destroy(W);
+    ucp_cleanup(Ctx);
+  }
+};
+
+TEST_P(UcxTransportTest, ForgedTokensAndBadBatchesAreDroppedAndServingGoesOn) {
+  connect();
+  auto Addr = B->T->address();
+  ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
+  {
+    RawUcxPeer Raw(GetParam(), *Addr);
+    // Token frame (0x7E) and batch (0x7F) with a token B never gave out,
+    // for connection 1 (which exists: A's), and a batch whose header is
+    // not a token at all.
+    const std::string Forged("\x01\x00\x00\x00\x5a\x5a\x5a\x5a", 8);
+    std::string Record;
+    Record.append("\x04\x00\x00\x00\x01\x00\x00\x00", 8);
+    Record += "fakeX";
+    Raw.send(0x7E, Forged + "fake", "X");
+    Raw.send(0x7F, Forged, Record);
+    Raw.send(0x7F, "abc", Record);
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      return Raw.done() && B->T->stats().DroppedFrames == 3;
+    }));
+  }
+  EXPECT_TRUE(B->E.Frames.empty()) << "a forged frame was delivered";
+  // B goes on serving its real peer.
+  A->send(AC, "real", "1");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return !B->E.Frames.empty(); }));
+  EXPECT_EQ(B->E.Frames[0].Header, "real");
+  EXPECT_EQ(B->E.Frames[0].Conn, BC);
 }
 
 TEST_P(UcxTransportTest, ServerRepliesOnTheAcceptedConnection) {
