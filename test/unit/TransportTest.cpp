@@ -456,18 +456,18 @@ TEST_P(UcxTransportTest, ForgedTokensAndBadBatchesAreDroppedAndServingGoesOn) {
   connect();
   auto Addr = B->T->address();
   ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
+  // Token frame (0x7E) and batch (0x7F) with a token B never gave out, for
+  // connection 1 (which exists: A's), and a batch whose header is not a
+  // token at all. The buffers outlive the raw peer's sends.
+  const std::string Forged("\x01\x00\x00\x00\x5a\x5a\x5a\x5a", 8);
+  const std::string FrameHeader = Forged + "fake", NoToken = "abc";
+  std::string Record("\x04\x00\x00\x00\x01\x00\x00\x00", 8);
+  Record += "fakeX";
   {
     RawUcxPeer Raw(GetParam(), *Addr);
-    // Token frame (0x7E) and batch (0x7F) with a token B never gave out,
-    // for connection 1 (which exists: A's), and a batch whose header is
-    // not a token at all.
-    const std::string Forged("\x01\x00\x00\x00\x5a\x5a\x5a\x5a", 8);
-    std::string Record;
-    Record.append("\x04\x00\x00\x00\x01\x00\x00\x00", 8);
-    Record += "fakeX";
-    Raw.send(0x7E, Forged + "fake", "X");
+    Raw.send(0x7E, FrameHeader, "X");
     Raw.send(0x7F, Forged, Record);
-    Raw.send(0x7F, "abc", Record);
+    Raw.send(0x7F, NoToken, Record);
     ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
       return Raw.done() && B->T->stats().DroppedFrames == 3;
     }));
