@@ -164,23 +164,27 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
 }
 
 void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
-                        unique_function<void(Error)> Done) {
+                        unique_function<void(Error)> &&Done) {
   // The transport copies what it must keep past send(): the header lives
-  // on the stack, and the runtime allocates nothing per frame.
-  char Header[FrameCodeHeaderSize];
+  // on the stack, and the runtime allocates nothing per frame. The room in
+  // front is the transport's (Transport::sendWithRoom).
+  char Buf[Transport::HeaderRoom + FrameCodeHeaderSize];
+  char *Header = Buf + Transport::HeaderRoom;
   size_t Size = encodeFrameHeader(F, Header);
   ++Counters.FramesSent;
   Counters.BytesSent += Size + Body.size();
-  T->send(C, StringRef(Header, Size), Body, std::move(Done));
+  T->sendWithRoom(C, StringRef(Header, Size), Body, std::move(Done));
 }
 
 void Runtime::sendSmall(ConnId C, const SmallInvoke &I, StringRef Payload,
-                        unique_function<void(Error)> Done) {
-  char Header[FrameHeaderSize];
+                        unique_function<void(Error)> &&Done) {
+  char Buf[Transport::HeaderRoom + FrameHeaderSize];
+  char *Header = Buf + Transport::HeaderRoom;
   encodeSmallInvoke(I, Payload.size(), Header);
   ++Counters.FramesSent;
   Counters.BytesSent += FrameHeaderSize + Payload.size();
-  T->send(C, StringRef(Header, FrameHeaderSize), Payload, std::move(Done));
+  T->sendWithRoom(C, StringRef(Header, FrameHeaderSize), Payload,
+                  std::move(Done));
 }
 
 void Runtime::send(ConnId C, const Message &M,
@@ -296,6 +300,7 @@ static WireStatus statusOf(LoadFailure K) {
 }
 
 void Runtime::touch(const ArchiveHash &H) {
+  LruFront = nullptr;
   if (!LRU.empty() && LRU.front() == H)
     return; // The common case: the same code again.
   auto It = std::find(LRU.begin(), LRU.end(), H);
@@ -329,13 +334,10 @@ void Runtime::know(Conn &S, uint32_t Id, const LoadedIfunc &L) {
   S.Requested.erase(Id);
 }
 
-void *Runtime::targetArgs(StringRef Name, ArgsSlot &Slot) {
-  if (Slot.Generation != ArgsGeneration) {
-    auto Named = NamedTargetArgs.find(Name);
-    Slot.Args =
-        Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
-    Slot.Generation = ArgsGeneration;
-  }
+void *Runtime::lookUpTargetArgs(StringRef Name, ArgsSlot &Slot) {
+  auto Named = NamedTargetArgs.find(Name);
+  Slot.Args = Named != NamedTargetArgs.end() ? Named->second : Opts.TargetArgs;
+  Slot.Generation = ArgsGeneration;
   return Slot.Args;
 }
 
@@ -420,6 +422,7 @@ void Runtime::evict(const ArchiveHash &Which) {
     event("unload failed: " + toString(std::move(E)));
   TargetArchives.erase(H);
   LRU.remove(H);
+  LruFront = nullptr;
   for (auto &KV : Conns)
     for (auto It = KV.second.Known.begin(); It != KV.second.Known.end();)
       if (It->second.Hash == H)
@@ -479,23 +482,29 @@ void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
 
 bool Runtime::runSmall(ConnId C, Conn &S, const SmallInvoke &I,
                        StringRef Payload) {
+  IfuncMainFn Main;
+  void *Args;
   if (I.Type == FrameType::Invoke) {
     auto K = S.Known.find(I.CodeId);
     if (K == S.Known.end())
       return false;
-    ++Counters.Received;
     ++Counters.CacheHits;
     const LoadedIfunc &L = *K->second.Code;
-    touch(L.Hash);
-    callMain(C, L.Main, targetArgs(L.Name, K->second.Args), Payload);
-    return true;
+    if (&L != LruFront) { // A run of one identity's messages skips this.
+      touch(L.Hash);
+      LruFront = &L;
+    }
+    Main = L.Main;
+    Args = targetArgs(L.Name, K->second.Args);
+  } else {
+    auto It = Locals.find(I.CodeId);
+    if (It == Locals.end())
+      return false;
+    Main = It->second.Fn;
+    Args = targetArgs(It->second.Name, It->second.Args);
   }
-  auto It = Locals.find(I.CodeId);
-  if (It == Locals.end())
-    return false;
   ++Counters.Received;
-  LocalFn &Fn = It->second;
-  callMain(C, Fn.Fn, targetArgs(Fn.Name, Fn.Args), Payload);
+  callMain(C, Main, Args, Payload);
   return true;
 }
 
@@ -586,11 +595,15 @@ void Runtime::drain(ConnId C) {
 void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
   // Steady state: a message for code that is here, nothing queued before it.
   SmallInvoke I;
-  if (decodeSmallInvoke(Header, Body, I)) {
+  if (LLVM_LIKELY(decodeSmallInvoke(Header, Body, I))) {
     Conn &S = conn(C);
-    if (S.Queue.empty() && runSmall(C, S, I, Body))
+    if (LLVM_LIKELY(S.Queue.empty()) && runSmall(C, S, I, Body))
       return;
   }
+  onOtherFrame(C, Header, Body);
+}
+
+void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {
   Expected<Frame> FOr = decodeFrame(Header, Body);
   if (!FOr) {
     std::string Msg = toString(FOr.takeError());

@@ -288,7 +288,7 @@ private:
     return *LastConn;
   }
   void sendFrame(ConnId C, const Frame &F, llvm::StringRef Body,
-                 llvm::unique_function<void(llvm::Error)> Done);
+                 llvm::unique_function<void(llvm::Error)> &&Done);
   void sendError(ConnId C, const Frame &About, WireStatus S,
                  llvm::StringRef Msg);
   void event(const llvm::Twine &Msg);
@@ -300,7 +300,7 @@ private:
   bool runSmall(ConnId C, Conn &S, const SmallInvoke &I,
                 llvm::StringRef Payload);
   void sendSmall(ConnId C, const SmallInvoke &I, llvm::StringRef Payload,
-                 llvm::unique_function<void(llvm::Error)> Done);
+                 llvm::unique_function<void(llvm::Error)> &&Done);
   void drain(ConnId C);
   /// Verifies, admits and loads an archive; records the code id.
   llvm::Expected<const LoadedIfunc *> admitCode(ConnId C, const Frame &F,
@@ -312,7 +312,15 @@ private:
   /// Records code id \p Id on \p S as naming loaded code \p L.
   void know(Conn &S, uint32_t Id, const LoadedIfunc &L);
   /// The target_args for \p Name, through \p Slot.
-  void *targetArgs(llvm::StringRef Name, ArgsSlot &Slot);
+  void *targetArgs(llvm::StringRef Name, ArgsSlot &Slot) {
+    if (LLVM_LIKELY(Slot.Generation == ArgsGeneration))
+      return Slot.Args;
+    return lookUpTargetArgs(Name, Slot);
+  }
+  void *lookUpTargetArgs(llvm::StringRef Name, ArgsSlot &Slot);
+  /// onFrame() for every frame but a runnable SmallInvoke.
+  LLVM_ATTRIBUTE_NOINLINE void onOtherFrame(ConnId C, llvm::StringRef Header,
+                                            llvm::StringRef Body);
   void callMain(ConnId C, IfuncMainFn Main, void *Args,
                 llvm::StringRef Payload);
   void touch(const ArchiveHash &H);
@@ -327,6 +335,9 @@ private:
   Conn *LastConn = nullptr; ///< conn()'s memo; reset when Conns shrinks.
   std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
   std::list<ArchiveHash> LRU; ///< front: most recently used
+  /// The loaded code at LRU's front when runSmall() last put it there;
+  /// null once anything else touched LRU.
+  const LoadedIfunc *LruFront = nullptr;
   std::map<std::string, void *, std::less<>> NamedTargetArgs;
   uint64_t ArgsGeneration = 1; ///< Bumped by every setTargetArgs.
   llvm::DenseMap<uint32_t, LocalFn> Locals; ///< by localFunctionId

@@ -86,6 +86,19 @@ public:
   virtual void send(ConnId Conn, llvm::StringRef Header, llvm::StringRef Body,
                     llvm::unique_function<void(llvm::Error)> Done) = 0;
 
+  /// Bytes a caller of sendWithRoom() leaves free in front of the header.
+  static constexpr size_t HeaderRoom = 8;
+
+  /// send(), where the HeaderRoom bytes right before Header.data() are the
+  /// caller's and the transport may overwrite them (UcxTransport writes its
+  /// connection token there instead of copying the header behind one). The
+  /// runtime sends every frame this way.
+  virtual void sendWithRoom(ConnId Conn, llvm::StringRef Header,
+                            llvm::StringRef Body,
+                            llvm::unique_function<void(llvm::Error)> Done) {
+    send(Conn, Header, Body, std::move(Done));
+  }
+
   /// Closes \p Conn; pending sends complete with an error.
   virtual void disconnect(ConnId Conn) = 0;
 

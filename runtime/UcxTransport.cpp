@@ -167,6 +167,8 @@ public:
   Expected<ConnId> connectAddress(StringRef Address) override;
   void send(ConnId C, StringRef Header, StringRef Body,
             unique_function<void(Error)> Done) override;
+  void sendWithRoom(ConnId C, StringRef Header, StringRef Body,
+                    unique_function<void(Error)> Done) override;
   void disconnect(ConnId C) override;
   bool progress() override;
   Error wait(int TimeoutMs) override;
@@ -214,18 +216,29 @@ private:
     Conns.erase(It);
   }
   ConnId addConn(ucp_ep_h Ep, std::string Peer);
+  /// send() and sendWithRoom(): \p Room says whether the TokenSize bytes
+  /// before \p Header are ours to write the token into.
+  void sendFrame(ConnId C, StringRef Header, StringRef Body,
+                 unique_function<void(Error)> &&Done, bool Room);
   /// Sends one active message on \p Co (connection \p C).
-  void post(Conn &Co, ConnId C, unsigned AmId, StringRef Header,
-            StringRef Body, bool Reply, unique_function<void(Error)> Done);
+  void post(Conn &Co, ConnId C, unsigned AmId, StringRef Header, StringRef Body,
+            bool Reply, unique_function<void(Error)> &&Done);
+  /// A frame that must wait (coalescing, or UCX holds a send of \p Co):
+  /// into the backlog, which a burst hands to UCX in full batches.
+  LLVM_ATTRIBUTE_NOINLINE void backlog(Conn &Co, ConnId C, StringRef Header,
+                                       StringRef Body,
+                                       unique_function<void(Error)> &&Done);
   /// Adds a token frame to \p Co's backlog.
   void enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
-               unique_function<void(Error)> Done);
+               unique_function<void(Error)> &&Done);
   /// Hands \p Co's backlog to UCX: while UCX holds nothing on it, or, with
   /// \p All, everything (UCX keeps an endpoint's sends in order).
   void flushBacklog(Conn &Co, ConnId C, bool All);
   /// flushBacklog() for every backlogged connection; false if there was
   /// none.
-  bool flushBacklogs();
+  LLVM_ATTRIBUTE_NOINLINE bool flushBacklogs();
+  /// Runs the queued send completions and disconnects (progress()).
+  LLVM_ATTRIBUTE_NOINLINE void report();
   /// Starts \p Op on \p Co's endpoint (the request path, with AM send
   /// \p Flags) and tracks it until UCX lets go of it.
   void submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
@@ -242,13 +255,13 @@ private:
   void lost(ucp_ep_h Ep, ucs_status_t S);
   /// Queues \p Done with \p Err (empty: success) for progress(); nothing
   /// is kept for a send without a callback.
-  void complete(unique_function<void(Error)> Done, StringRef Err) {
+  void complete(unique_function<void(Error)> &&Done, StringRef Err) {
     Activity = true;
     if (Done)
       Completions.emplace_back(std::move(Done), Err.str());
   }
   /// Frees the endpoint-close requests that have finished.
-  void reapClosing() {
+  LLVM_ATTRIBUTE_NOINLINE void reapClosing() {
     llvm::erase_if(Closing, [&](const std::pair<void *, ucp_ep_h> &R) {
       if (ucp_request_check_status(R.first) == UCS_INPROGRESS)
         return false;
@@ -551,12 +564,23 @@ void UcxTransport::onSendDone(void *Req, ucs_status_t S, void *User) {
 
 void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
                         unique_function<void(Error)> Done) {
+  sendFrame(C, Header, Body, std::move(Done), /*Room=*/false);
+}
+
+void UcxTransport::sendWithRoom(ConnId C, StringRef Header, StringRef Body,
+                                unique_function<void(Error)> Done) {
+  sendFrame(C, Header, Body, std::move(Done), /*Room=*/true);
+}
+
+inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
+                                    unique_function<void(Error)> &&Done,
+                                    bool Room) {
   Conn *Co = findConn(C);
-  if (!Co || !Co->Ep) {
+  if (LLVM_UNLIKELY(!Co || !Co->Ep)) {
     complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
-  if (!Co->PeerToken) {
+  if (LLVM_UNLIKELY(!Co->PeerToken)) {
     ++Stats.ReplyFrames;
     post(*Co, C, TcAmId, Header, Body, /*Reply=*/true, std::move(Done));
     return;
@@ -572,17 +596,19 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
   bool Again = Co->LastRound == Round &&
                Header.size() + Body.size() <= BatchFrameMax;
   if (Coalesce && (Co->Held || !Co->Backlog.empty() || Again)) {
-    enqueue(*Co, C, Header, Body, std::move(Done));
-    // A burst without progress() streams out in full batches.
-    if (!Co->Held && Co->Backlog.size() > 1) {
-      Outgoing Open = std::move(Co->Backlog.back());
-      Co->Backlog.pop_back();
-      flushBacklog(*Co, C, /*All=*/false);
-      Co->Backlog.push_back(std::move(Open));
-    }
+    backlog(*Co, C, Header, Body, std::move(Done));
     return;
   }
   Co->LastRound = Round;
+  if (Room) {
+    // The token goes into the caller's room, right before the header.
+    static_assert(TokenSize == HeaderRoom, "the token fills the room");
+    char *Tokened = const_cast<char *>(Header.data()) - TokenSize;
+    support::endian::write64le(Tokened, Co->PeerToken);
+    post(*Co, C, TokenAmId, StringRef(Tokened, TokenSize + Header.size()), Body,
+         /*Reply=*/false, std::move(Done));
+    return;
+  }
   SmallString<96> Tokened;
   Tokened.resize(TokenSize);
   support::endian::write64le(Tokened.data(), Co->PeerToken);
@@ -590,8 +616,20 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
   post(*Co, C, TokenAmId, Tokened, Body, /*Reply=*/false, std::move(Done));
 }
 
-void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header,
-                           StringRef Body, unique_function<void(Error)> Done) {
+void UcxTransport::backlog(Conn &Co, ConnId C, StringRef Header, StringRef Body,
+                           unique_function<void(Error)> &&Done) {
+  enqueue(Co, C, Header, Body, std::move(Done));
+  // A burst without progress() streams out in full batches.
+  if (!Co.Held && Co.Backlog.size() > 1) {
+    Outgoing Open = std::move(Co.Backlog.back());
+    Co.Backlog.pop_back();
+    flushBacklog(Co, C, /*All=*/false);
+    Co.Backlog.push_back(std::move(Open));
+  }
+}
+
+void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
+                           unique_function<void(Error)> &&Done) {
   if (Co.Backlog.empty())
     Backlogged.push_back(C);
   // A big frame goes alone; a small one joins the open batch, or opens one.
@@ -659,21 +697,22 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
   }
 }
 
-void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId, StringRef Header,
-                        StringRef Body, bool Reply,
-                        unique_function<void(Error)> Done) {
-  // UCX reads only the fields op_attr_mask names: no need to clear the rest.
-  ucp_request_param_t P;
-  P.flags = Reply ? UCP_AM_SEND_FLAG_REPLY : 0;
-  ucs_status_ptr_t R;
+inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
+                               StringRef Header, StringRef Body, bool Reply,
+                               unique_function<void(Error)> &&Done) {
   // First try to send from the caller's buffers, completing at once. UCX
   // 1.13 refuses that (UCS_ERR_NO_RESOURCE) for every REPLY send, and for a
-  // full FIFO; the request path below then takes copies.
+  // full FIFO; the request path then takes copies.
   if (!Reply && !Co.Held && Body.size() <= ImmediateMax) {
+    // UCX reads only the fields op_attr_mask names: no need to clear the
+    // rest.
+    ucp_request_param_t P;
     P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-    R = ucp_am_send_nbx(Co.Ep, AmId, Header.data(), Header.size(),
-                        Body.data(), Body.size(), &P);
-    if (R == nullptr) {
+    P.flags = 0;
+    ucs_status_ptr_t R =
+        ucp_am_send_nbx(Co.Ep, AmId, Header.data(), Header.size(), Body.data(),
+                        Body.size(), &P);
+    if (LLVM_LIKELY(R == nullptr)) {
       complete(std::move(Done), "");
       return;
     }
@@ -688,7 +727,7 @@ void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId, StringRef Header,
   // once, so both are copied into the op (UCX 1.13 has no
   // UCP_AM_SEND_FLAG_COPY_HEADER).
   submit(Co, new SendOp{this, C, Header.str(), Body.str(), std::move(Done)},
-         AmId, P.flags);
+         AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0);
 }
 
 void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
@@ -933,11 +972,16 @@ ucs_status_t UcxTransport::onTokenAm(void *Arg, const void *Header,
   Conn *Co = T->byToken(Header, C);
   if (!Co)
     return UCS_OK;
-  return T->arrived(
-      C, *Co,
-      StringRef(static_cast<const char *>(Header) + TokenSize,
-                HeaderLen - TokenSize),
-      Data, Length, Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+  StringRef H(static_cast<const char *>(Header) + TokenSize,
+              HeaderLen - TokenSize);
+  bool Rndv = Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+  // Steady state (what arrived() does first), without a call more.
+  if (LLVM_LIKELY(!Rndv && Co->Queue.empty())) {
+    T->Handler->onFrame(C, H,
+                        StringRef(static_cast<const char *>(Data), Length));
+    return UCS_OK;
+  }
+  return T->arrived(C, *Co, H, Data, Length, Rndv);
 }
 
 ucs_status_t UcxTransport::onBatch(void *Arg, const void *Header,
@@ -1004,12 +1048,26 @@ ucs_status_t UcxTransport::arrived(ConnId C, Conn &Co, StringRef H,
 bool UcxTransport::progress() {
   // One pass, as ucp_worker_progress users do: a caller that got `true`
   // calls again. Looping here until UCX is quiet would add a whole poll of
-  // every transport to each message's latency.
+  // every transport to each message's latency. What an idle pass does
+  // beyond ucp_worker_progress() is a few tests: it is every message's
+  // detection delay.
   // A new round: the next frame on each connection leaves at once again.
   ++Round;
-  bool Flushed = flushBacklogs();
+  bool Flushed = !Backlogged.empty() && flushBacklogs();
   Activity = ucp_worker_progress(Worker) != 0;
   Activity |= Flushed;
+  if (LLVM_UNLIKELY(!Completions.empty() || !Lost.empty()))
+    report();
+  // What handlers and callbacks sent in this round, and backlogs UCX has
+  // let go of meanwhile.
+  if (!Backlogged.empty())
+    flushBacklogs();
+  if (LLVM_UNLIKELY(!Closing.empty()))
+    reapClosing();
+  return Activity;
+}
+
+void UcxTransport::report() {
   // Callbacks may send or disconnect, queueing more: loop until quiet.
   while (!Completions.empty() || !Lost.empty()) {
     while (!Completions.empty()) {
@@ -1045,12 +1103,6 @@ bool UcxTransport::progress() {
       Handler->onDisconnect(L.first, L.second);
     }
   }
-  // What handlers and callbacks sent in this round, and backlogs UCX has
-  // let go of meanwhile.
-  flushBacklogs();
-  if (!Closing.empty())
-    reapClosing();
-  return Activity;
 }
 
 Error UcxTransport::wait(int TimeoutMs) {
