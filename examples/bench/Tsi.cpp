@@ -15,12 +15,14 @@
 
 #include "Bench.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sstream>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -348,8 +350,56 @@ OPTIONS:
   --trials N      First-contact trials (default 50; --quick 10)
   --rounds N      Steady-state rounds; each figure is the median over them
                   (default 5; --quick 3)
-  --no-perftest   Skip the ucx_perftest reference
+  --modes LIST    Comma-separated subset of am, cached, cached-unbatched,
+                  uncached, object, ucx_perftest, first-contact (default:
+                  all)
+  --no-perftest   Skip the ucx_perftest reference (same as leaving
+                  ucx_perftest out of --modes)
 )";
+
+const char *const AllModes[] = {"am",           "cached", "cached-unbatched",
+                                "uncached",     "object", "ucx_perftest",
+                                "first-contact"};
+
+std::vector<std::string> parseModes(const std::string &List) {
+  std::vector<std::string> Out;
+  std::stringstream SS(List);
+  std::string M;
+  while (std::getline(SS, M, ',')) {
+    if (std::find(std::begin(AllModes), std::end(AllModes), M) ==
+        std::end(AllModes))
+      die("bad mode '" + M +
+          "' in --modes (expected am, cached, "
+          "cached-unbatched, uncached, object, ucx_perftest, first-contact)");
+    Out.push_back(M);
+  }
+  if (Out.empty())
+    die("--modes needs at least one mode");
+  return Out;
+}
+
+/// The median over rounds of the ratio of two modes' \p Metric measured in
+/// the same round (0 if either is missing): the two figures of a pair were
+/// taken seconds apart, so a machine whose speed drifts between rounds
+/// moves both alike.
+double pairedRatio(const std::vector<Record> &Out, size_t First,
+                   const std::string &Num, const std::string &Den,
+                   const std::string &Metric) {
+  std::vector<double> N, D;
+  for (size_t I = First; I < Out.size(); ++I) {
+    if (Out[I].Metric != Metric)
+      continue;
+    if (Out[I].Mode == Num)
+      N.push_back(Out[I].Value);
+    else if (Out[I].Mode == Den)
+      D.push_back(Out[I].Value);
+  }
+  std::vector<double> Ratios;
+  for (size_t I = 0; I < N.size() && I < D.size(); ++I)
+    if (D[I] > 0)
+      Ratios.push_back(N[I] / D[I]);
+  return median(Ratios);
+}
 
 } // namespace
 
@@ -357,7 +407,8 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   TsiRun R{O, {}, {}};
   R.N = O.Quick ? Sizes{2000, 20000, 200000, 10, 3}
                 : Sizes{10000, 100000, 1000000, 50, 5};
-  bool Perftest = true;
+  std::vector<std::string> Modes(std::begin(AllModes), std::end(AllModes));
+  bool NoPerftest = false;
   if (!walkArgs(
           "tsi", Args, TsiUsage,
           [&](const std::string &A, const std::function<std::string()> &Value) {
@@ -370,7 +421,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
             else if (A == "--rounds")
               R.N.Rounds = parseCount(A, Value());
             else if (A == "--no-perftest")
-              Perftest = false;
+              NoPerftest = true;
+            else if (A == "--modes")
+              Modes = parseModes(Value());
             else
               return false;
             return true;
@@ -379,6 +432,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (!R.N.LatencyIters || !R.N.RateMsgs || !R.N.FirstContactTrials ||
       !R.N.Rounds)
     die("tsi: --iters, --msgs, --trials and --rounds must be at least 1");
+  auto Want = [&](const char *M) {
+    return std::find(Modes.begin(), Modes.end(), M) != Modes.end();
+  };
+  bool Perftest = Want("ucx_perftest") && !NoPerftest;
   selectTransport(O.Transport, /*Loopback=*/true);
   if (pinClientAndServer(O.Pin))
     note("tsi: server on CPU " + std::to_string(ServerCpu) + ", client on CPU " +
@@ -401,24 +458,30 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     if (R.N.Rounds > 1)
       note("tsi: round " + std::to_string(Round + 1) + " of " +
            std::to_string(R.N.Rounds));
-    {
+    if (Want("am") || Want("cached") || Want("cached-unbatched")) {
       Child S = Serve({}, "tsi server");
-      steadyMode(R, "am", S, false, nullptr);
-      steadyMode(R, "cached", S, false, "tsi");
-      steadyMode(R, "cached-unbatched", S, false, "tsi", /*Coalesce=*/false);
+      if (Want("am"))
+        steadyMode(R, "am", S, false, nullptr);
+      if (Want("cached"))
+        steadyMode(R, "cached", S, false, "tsi");
+      if (Want("cached-unbatched"))
+        steadyMode(R, "cached-unbatched", S, false, "tsi",
+                   /*Coalesce=*/false);
       stopServer(S);
     }
-    {
+    if (Want("uncached")) {
       Child S = Serve({"--ship", "always"}, "uncached tsi server");
       steadyMode(R, "uncached", S, true, "tsi");
       stopServer(S);
     }
-    {
+    if (Want("object")) {
       Child S = Serve({"--exec", "object"}, "object tsi server");
       steadyMode(R, "object", S, false, "fca");
       stopServer(S);
     }
-    double CachedBytes = 0;
+    // UCX's messages are the size of a cached frame (which is the same for
+    // every steady mode but uncached; see docs/wire-format.md).
+    double CachedBytes = 25;
     for (size_t I = First; I < R.Out.size(); ++I)
       if (R.Out[I].Mode == "cached" && R.Out[I].Metric == "frame_bytes")
         CachedBytes = R.Out[I].Value;
@@ -429,31 +492,35 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     if (Perftest)
       perftest(R, CachedBytes);
   }
+  // Ratios of figures taken in the same round, before the rounds merge.
+  double PairedAm = pairedRatio(R.Out, First, "cached", "am", "latency_us");
+  double PairedUcx =
+      pairedRatio(R.Out, First, "cached", "ucx_perftest", "latency_us");
   medianOfRounds(R.Out, First);
 
-  char Tmpl[] = "/tmp/tc-bench-cache-XXXXXX";
-  if (!mkdtemp(Tmpl))
-    die("cannot create a temporary cache directory");
-  std::string CacheDir = Tmpl;
-  {
-    Child S = Serve({"--exec", "bitcode"},
-                    "first-contact server");
-    firstContact(R, "jit", S);
-    stopServer(S);
+  if (Want("first-contact")) {
+    char Tmpl[] = "/tmp/tc-bench-cache-XXXXXX";
+    if (!mkdtemp(Tmpl))
+      die("cannot create a temporary cache directory");
+    std::string CacheDir = Tmpl;
+    {
+      Child S = Serve({"--exec", "bitcode"}, "first-contact server");
+      firstContact(R, "jit", S);
+      stopServer(S);
+    }
+    {
+      Child S = Serve({"--exec", "object"}, "first-contact server");
+      firstContact(R, "object", S);
+      stopServer(S);
+    }
+    {
+      Child S = Serve({"--exec", "bitcode", "--cache-dir", CacheDir},
+                      "first-contact server");
+      firstContact(R, "disk-cache", S);
+      stopServer(S);
+    }
+    std::system(("rm -rf '" + CacheDir + "'").c_str());
   }
-  {
-    Child S = Serve({"--exec", "object"},
-                    "first-contact server");
-    firstContact(R, "object", S);
-    stopServer(S);
-  }
-  {
-    Child S = Serve({"--exec", "bitcode", "--cache-dir", CacheDir},
-                    "first-contact server");
-    firstContact(R, "disk-cache", S);
-    stopServer(S);
-  }
-  std::system(("rm -rf '" + CacheDir + "'").c_str());
 
   // Ratios against the baselines measured above, for the reader.
   auto Find = [&](const std::string &Mode, const std::string &Metric) {
@@ -463,20 +530,24 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     return 0.0;
   };
   printRecords(R.Out, O.Fmt);
-  if (O.Fmt == Format::Table) {
-    double Am = Find("am", "latency_us"), Ca = Find("cached", "latency_us");
-    std::printf("\ncached/am latency %.3f, cached/am rate %.3f", Ca / Am,
-                Find("cached", "rate_msgs") / Find("am", "rate_msgs"));
-    if (double P = Find("ucx_perftest", "latency_us"))
-      std::printf(", cached/ucx_perftest latency %.3f, rate %.3f "
-                  "(unbatched %.3f)",
-                  Ca / P,
-                  Find("cached", "rate_msgs") /
-                      Find("ucx_perftest", "rate_msgs"),
-                  Find("cached-unbatched", "rate_msgs") /
-                      Find("ucx_perftest", "rate_msgs"));
-    std::printf("\nuncached/cached latency %.3f\n",
-                Find("uncached", "latency_us") / Ca);
+  if (O.Fmt == Format::Table && Want("cached")) {
+    // "paired": the median over rounds of each round's own ratio.
+    double Ca = Find("cached", "latency_us");
+    if (double Am = Find("am", "latency_us"))
+      std::printf("\ncached/am latency %.3f (paired %.3f), rate %.3f", Ca / Am,
+                  PairedAm,
+                  Find("cached", "rate_msgs") / Find("am", "rate_msgs"));
+    if (double P = Find("ucx_perftest", "latency_us")) {
+      double Rate = Find("ucx_perftest", "rate_msgs");
+      std::printf("\ncached/ucx_perftest latency %.3f (paired %.3f), rate "
+                  "%.3f",
+                  Ca / P, PairedUcx, Find("cached", "rate_msgs") / Rate);
+      if (double U = Find("cached-unbatched", "rate_msgs"))
+        std::printf(" (unbatched %.3f)", U / Rate);
+    }
+    if (double U = Find("uncached", "latency_us"))
+      std::printf("\nuncached/cached latency %.3f", U / Ca);
+    std::printf("\n");
   }
   return 0;
 }
