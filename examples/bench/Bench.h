@@ -206,6 +206,14 @@ int runSweep(const std::string &Which, const CommonOptions &O,
 
 /// Median of \p V (sorted in place).
 double median(std::vector<double> &V);
+/// TSI over UCX's own active messages, in this process and a forked one
+/// (UcxAm.cpp): one-way latency over \p Iters ping-pongs after \p Warmup,
+/// and the rate of \p Msgs back-to-back messages. Dies on any failure.
+struct UcxAmFigures {
+  double LatencyUs = 0, Rate = 0;
+};
+UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs);
+
 /// Parses a non-negative integer, or dies naming \p Flag.
 uint64_t parseCount(const std::string &Flag, const std::string &V);
 std::vector<uint64_t> parseList(const std::string &Flag, const std::string &V);

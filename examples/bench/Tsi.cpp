@@ -8,8 +8,9 @@
 //  - frame bytes: what the client's worker put on the wire per message;
 //  - first contact: a code identity the running target does not have (it
 //    keeps one loaded; the probes fca/fcb alternate), measured to the pong.
-// ucx_perftest's own AM figures are measured in the same run when it is
-// installed.
+// Two references are measured in the same run: TSI written straight on UCX
+// active messages (ucx_am, UcxAm.cpp), and ucx_perftest's own AM figures
+// (when it is installed), whose handler does no work.
 //
 //===----------------------------------------------------------------------===//
 
@@ -342,7 +343,8 @@ const char *const TsiUsage = R"(USAGE: tc-bench tsi [options]
 
 Target-side increment (Three-Chains Tables I-VI): one-way latency (ping-pong,
 half round trip), message rate and frame bytes for am, cached, uncached,
-object and ucx_perftest; first-contact time for jit, object and disk-cache.
+object, ucx_am (TSI on UCX active messages without tc) and ucx_perftest;
+first-contact time for jit, object and disk-cache.
 
 OPTIONS:
   --iters N       Ping-pong round trips (default 100000; --quick 20000)
@@ -351,15 +353,15 @@ OPTIONS:
   --rounds N      Steady-state rounds; each figure is the median over them
                   (default 5; --quick 3)
   --modes LIST    Comma-separated subset of am, cached, cached-unbatched,
-                  uncached, object, ucx_perftest, first-contact (default:
-                  all)
+                  uncached, object, ucx_am, ucx_perftest, first-contact
+                  (default: all)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
                   ucx_perftest out of --modes)
 )";
 
-const char *const AllModes[] = {"am",           "cached", "cached-unbatched",
-                                "uncached",     "object", "ucx_perftest",
-                                "first-contact"};
+const char *const AllModes[] = {
+    "am",     "cached", "cached-unbatched", "uncached",
+    "object", "ucx_am", "ucx_perftest",     "first-contact"};
 
 std::vector<std::string> parseModes(const std::string &List) {
   std::vector<std::string> Out;
@@ -369,8 +371,8 @@ std::vector<std::string> parseModes(const std::string &List) {
     if (std::find(std::begin(AllModes), std::end(AllModes), M) ==
         std::end(AllModes))
       die("bad mode '" + M +
-          "' in --modes (expected am, cached, "
-          "cached-unbatched, uncached, object, ucx_perftest, first-contact)");
+          "' in --modes (expected am, cached, cached-unbatched, uncached, "
+          "object, ucx_am, ucx_perftest, first-contact)");
     Out.push_back(M);
   }
   if (Out.empty())
@@ -479,6 +481,13 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       steadyMode(R, "object", S, false, "fca");
       stopServer(S);
     }
+    if (Want("ucx_am")) {
+      note("tsi ucx_am: latency and rate");
+      UcxAmFigures F = ucxAmTsi(R.N.Warmup, R.N.LatencyIters, R.N.RateMsgs);
+      R.add("ucx_am", "latency_us", F.LatencyUs, "us");
+      R.add("ucx_am", "rate_msgs", F.Rate, "msgs/s");
+      R.add("ucx_am", "frame_bytes", 5, "bytes"); // Function id + payload.
+    }
     // UCX's messages are the size of a cached frame (which is the same for
     // every steady mode but uncached; see docs/wire-format.md).
     double CachedBytes = 25;
@@ -496,6 +505,8 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   double PairedAm = pairedRatio(R.Out, First, "cached", "am", "latency_us");
   double PairedUcx =
       pairedRatio(R.Out, First, "cached", "ucx_perftest", "latency_us");
+  double PairedUcxAm =
+      pairedRatio(R.Out, First, "cached", "ucx_am", "latency_us");
   medianOfRounds(R.Out, First);
 
   if (Want("first-contact")) {
@@ -537,6 +548,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       std::printf("\ncached/am latency %.3f (paired %.3f), rate %.3f", Ca / Am,
                   PairedAm,
                   Find("cached", "rate_msgs") / Find("am", "rate_msgs"));
+    if (double U = Find("ucx_am", "latency_us"))
+      std::printf("\ncached/ucx_am latency %.3f (paired %.3f), rate %.3f",
+                  Ca / U, PairedUcxAm,
+                  Find("cached", "rate_msgs") / Find("ucx_am", "rate_msgs"));
     if (double P = Find("ucx_perftest", "latency_us")) {
       double Rate = Find("ucx_perftest", "rate_msgs");
       std::printf("\ncached/ucx_perftest latency %.3f (paired %.3f), rate "
