@@ -299,6 +299,13 @@ static WireStatus statusOf(LoadFailure K) {
   return WireStatus::JitFailed;
 }
 
+void Runtime::touch(const LoadedIfunc &L) {
+  if (&L == LruFront) // A run of one identity's messages stops here.
+    return;
+  touch(L.Hash);
+  LruFront = &L;
+}
+
 void Runtime::touch(const ArchiveHash &H) {
   LruFront = nullptr;
   if (!LRU.empty() && LRU.front() == H)
@@ -490,10 +497,7 @@ bool Runtime::runSmall(ConnId C, Conn &S, const SmallInvoke &I,
       return false;
     ++Counters.CacheHits;
     const LoadedIfunc &L = *K->second.Code;
-    if (&L != LruFront) { // A run of one identity's messages skips this.
-      touch(L.Hash);
-      LruFront = &L;
-    }
+    touch(L);
     Main = L.Main;
     Args = targetArgs(L.Name, K->second.Args);
   } else {

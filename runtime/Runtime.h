@@ -323,7 +323,10 @@ private:
                                             llvm::StringRef Body);
   void callMain(ConnId C, IfuncMainFn Main, void *Args,
                 llvm::StringRef Payload);
+  /// Moves \p H to the front of LRU.
   void touch(const ArchiveHash &H);
+  /// touch(L.Hash), remembering \p L: the same code again costs a compare.
+  void touch(const LoadedIfunc &L);
 
   std::unique_ptr<Transport> T;
   RuntimeOptions Opts;
@@ -335,8 +338,8 @@ private:
   Conn *LastConn = nullptr; ///< conn()'s memo; reset when Conns shrinks.
   std::map<ArchiveHash, std::string> TargetArchives; ///< loaded identities
   std::list<ArchiveHash> LRU; ///< front: most recently used
-  /// The loaded code at LRU's front when runSmall() last put it there;
-  /// null once anything else touched LRU.
+  /// The loaded code at LRU's front when touch(const LoadedIfunc &) last
+  /// put it there; null once anything else touched LRU.
   const LoadedIfunc *LruFront = nullptr;
   std::map<std::string, void *, std::less<>> NamedTargetArgs;
   uint64_t ArgsGeneration = 1; ///< Bumped by every setTargetArgs.

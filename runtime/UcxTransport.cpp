@@ -242,9 +242,21 @@ private:
   /// Starts \p Op on \p Co's endpoint (the request path, with AM send
   /// \p Flags) and tracks it until UCX lets go of it.
   void submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
-  /// Delivers or queues a frame that arrived on \p C.
+  /// Delivers a frame that arrived on \p C, or queues it behind earlier
+  /// ones (hold()). The steady state, inline: nothing waits before it.
   ucs_status_t arrived(ConnId C, Conn &Co, StringRef Header, void *Data,
-                       size_t Length, bool Rndv);
+                       size_t Length, bool Rndv) {
+    if (LLVM_LIKELY(!Rndv && Co.Queue.empty())) {
+      Handler->onFrame(C, Header,
+                       StringRef(static_cast<const char *>(Data), Length));
+      return UCS_OK;
+    }
+    return hold(C, Co, Header, Data, Length, Rndv);
+  }
+  /// Queues a frame on \p Co, receiving it first when it is a rendezvous.
+  LLVM_ATTRIBUTE_NOINLINE ucs_status_t hold(ConnId C, Conn &Co,
+                                            StringRef Header, void *Data,
+                                            size_t Length, bool Rndv);
   void welcome(ConnId C, Conn &Co);
   /// The open connection whose token starts \p Header (setting \p C), or
   /// null: the frame is then dropped and counted.
@@ -972,16 +984,11 @@ ucs_status_t UcxTransport::onTokenAm(void *Arg, const void *Header,
   Conn *Co = T->byToken(Header, C);
   if (!Co)
     return UCS_OK;
-  StringRef H(static_cast<const char *>(Header) + TokenSize,
-              HeaderLen - TokenSize);
-  bool Rndv = Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
-  // Steady state (what arrived() does first), without a call more.
-  if (LLVM_LIKELY(!Rndv && Co->Queue.empty())) {
-    T->Handler->onFrame(C, H,
-                        StringRef(static_cast<const char *>(Data), Length));
-    return UCS_OK;
-  }
-  return T->arrived(C, *Co, H, Data, Length, Rndv);
+  return T->arrived(C, *Co,
+                    StringRef(static_cast<const char *>(Header) + TokenSize,
+                              HeaderLen - TokenSize),
+                    Data, Length,
+                    Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
 }
 
 ucs_status_t UcxTransport::onBatch(void *Arg, const void *Header,
@@ -1016,12 +1023,8 @@ ucs_status_t UcxTransport::onBatch(void *Arg, const void *Header,
   return UCS_OK;
 }
 
-ucs_status_t UcxTransport::arrived(ConnId C, Conn &Co, StringRef H,
-                                   void *Data, size_t Length, bool Rndv) {
-  if (!Rndv && Co.Queue.empty()) {
-    Handler->onFrame(C, H, StringRef(static_cast<const char *>(Data), Length));
-    return UCS_OK;
-  }
+ucs_status_t UcxTransport::hold(ConnId C, Conn &Co, StringRef H, void *Data,
+                                size_t Length, bool Rndv) {
   auto Slot = std::make_shared<Arrival>();
   Slot->Header = H.str();
   Co.Queue.push_back(Slot);

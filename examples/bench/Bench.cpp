@@ -539,8 +539,9 @@ SCENARIOS:
           am (local function, only an id travels), cached (ifunc, code
           already at the target), cached-unbatched (the same, one UCX AM
           per message: coalescing off), uncached (every message carries
-          the archive), object (native member), ucx_perftest (UCX's own
-          AM), and first contact (jit, object, disk-cache)
+          the archive), object (native member), ucx_am (TSI on UCX's
+          own AM, no tc), ucx_perftest (UCX's own benchmark), and first
+          contact (jit, object, disk-cache)
   dapc    distributed pointer chase: dapc (ifunc forwards itself), am
           (the same walk linked into the servers), gbpc (client does one
           UCX GET per hop, tc-gbpc); rate over depth and server count

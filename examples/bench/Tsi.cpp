@@ -369,10 +369,12 @@ std::vector<std::string> parseModes(const std::string &List) {
   std::string M;
   while (std::getline(SS, M, ',')) {
     if (std::find(std::begin(AllModes), std::end(AllModes), M) ==
-        std::end(AllModes))
-      die("bad mode '" + M +
-          "' in --modes (expected am, cached, cached-unbatched, uncached, "
-          "object, ucx_am, ucx_perftest, first-contact)");
+        std::end(AllModes)) {
+      std::string Expected;
+      for (const char *A : AllModes)
+        Expected += (Expected.empty() ? "" : ", ") + std::string(A);
+      die("bad mode '" + M + "' in --modes (expected " + Expected + ")");
+    }
     Out.push_back(M);
   }
   if (Out.empty())
@@ -502,11 +504,11 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       perftest(R, CachedBytes);
   }
   // Ratios of figures taken in the same round, before the rounds merge.
-  double PairedAm = pairedRatio(R.Out, First, "cached", "am", "latency_us");
-  double PairedUcx =
-      pairedRatio(R.Out, First, "cached", "ucx_perftest", "latency_us");
-  double PairedUcxAm =
-      pairedRatio(R.Out, First, "cached", "ucx_am", "latency_us");
+  const char *const References[] = {"am", "ucx_am", "ucx_perftest"};
+  double Paired[3];
+  for (int I = 0; I < 3; ++I)
+    Paired[I] =
+        pairedRatio(R.Out, First, "cached", References[I], "latency_us");
   medianOfRounds(R.Out, First);
 
   if (Want("first-contact")) {
@@ -544,21 +546,17 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (O.Fmt == Format::Table && Want("cached")) {
     // "paired": the median over rounds of each round's own ratio.
     double Ca = Find("cached", "latency_us");
-    if (double Am = Find("am", "latency_us"))
-      std::printf("\ncached/am latency %.3f (paired %.3f), rate %.3f", Ca / Am,
-                  PairedAm,
-                  Find("cached", "rate_msgs") / Find("am", "rate_msgs"));
-    if (double U = Find("ucx_am", "latency_us"))
-      std::printf("\ncached/ucx_am latency %.3f (paired %.3f), rate %.3f",
-                  Ca / U, PairedUcxAm,
-                  Find("cached", "rate_msgs") / Find("ucx_am", "rate_msgs"));
-    if (double P = Find("ucx_perftest", "latency_us")) {
-      double Rate = Find("ucx_perftest", "rate_msgs");
-      std::printf("\ncached/ucx_perftest latency %.3f (paired %.3f), rate "
-                  "%.3f",
-                  Ca / P, PairedUcx, Find("cached", "rate_msgs") / Rate);
-      if (double U = Find("cached-unbatched", "rate_msgs"))
-        std::printf(" (unbatched %.3f)", U / Rate);
+    for (int I = 0; I < 3; ++I) {
+      double Lat = Find(References[I], "latency_us");
+      double Rate = Find(References[I], "rate_msgs");
+      if (!Lat)
+        continue;
+      std::printf("\ncached/%s latency %.3f (paired %.3f), rate %.3f",
+                  References[I], Ca / Lat, Paired[I],
+                  Find("cached", "rate_msgs") / Rate);
+      double Unbatched = Find("cached-unbatched", "rate_msgs");
+      if (std::string(References[I]) == "ucx_perftest" && Unbatched)
+        std::printf(" (unbatched %.3f)", Unbatched / Rate);
     }
     if (double U = Find("uncached", "latency_us"))
       std::printf("\nuncached/cached latency %.3f", U / Ca);
