@@ -16,8 +16,7 @@ using namespace llvm;
 
 namespace tc {
 
-bool triplesCompatible(StringRef MemberTriple, StringRef HostTriple) {
-  Triple M(Triple::normalize(MemberTriple)), H(Triple::normalize(HostTriple));
+static bool compatible(const Triple &M, const Triple &H) {
   if (M.getArch() == Triple::UnknownArch || M.getArch() != H.getArch() ||
       M.getSubArch() != H.getSubArch())
     return false;
@@ -30,15 +29,25 @@ bool triplesCompatible(StringRef MemberTriple, StringRef HostTriple) {
   return M.getObjectFormat() == H.getObjectFormat();
 }
 
+bool triplesCompatible(StringRef MemberTriple, StringRef HostTriple) {
+  return compatible(Triple(Triple::normalize(MemberTriple)),
+                    Triple(Triple::normalize(HostTriple)));
+}
+
 Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
                                       StringRef HostCPU, Role R,
                                       std::optional<ImageKind> Kind) {
   std::string Host = Triple::normalize(HostTriple);
+  const Triple HostT(Host);
   const Member *Best = nullptr;
   int BestRank = 0;
   for (const Member &M : A.Members) {
-    if (M.TheRole != R || (Kind && M.Kind != *Kind) ||
-        !triplesCompatible(M.Triple, Host))
+    if (M.TheRole != R || (Kind && M.Kind != *Kind))
+      continue;
+    // The common case, the host's own triple, needs no parsing.
+    if (M.Triple == Host
+            ? HostT.getArch() == Triple::UnknownArch
+            : !compatible(Triple(Triple::normalize(M.Triple)), HostT))
       continue;
     // Lower is better: CPU match before generic, exact triple before a
     // vendor variant, bitcode (tuned at JIT time) before an object.
