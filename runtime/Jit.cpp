@@ -10,21 +10,24 @@
 
 #include "Jit.h"
 
-#include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Bitcode/BitcodeReader.h"
 #include "llvm/Config/llvm-config.h"
 #include "llvm/ExecutionEngine/Orc/CompileUtils.h"
-#include "llvm/Support/BLAKE3.h"
-#include "llvm/Support/Endian.h"
-#include "llvm/Support/FileSystem.h"
-#include "llvm/Support/raw_ostream.h"
+#include "llvm/ExecutionEngine/Orc/EHFrameRegistrationPlugin.h"
 #include "llvm/ExecutionEngine/Orc/ExecutionUtils.h"
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
+#include "llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h"
+#include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
 #include "llvm/IR/Module.h"
+#include "llvm/Support/BLAKE3.h"
 #include "llvm/Support/DynamicLibrary.h"
+#include "llvm/Support/Endian.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
 #include "llvm/TargetParser/Host.h"
 
 #include <chrono>
@@ -65,6 +68,29 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
   E->HostFeatures = JTMB->getFeatures().getString();
   LLJITBuilder B;
   B.setJITTargetMachineBuilder(std::move(*JTMB));
+  // First contact from an object member or the disk cache is mostly ORC's
+  // fixed cost per JITDylib and per link, so two defaults go:
+  //  - no platform: the generic IR platform would set up initializer
+  //    support in every JITDylib (a third of a cached load), but ifuncs have
+  //    no constructors or destructors (IfuncPasses refuses them);
+  //  - memory from 1 MiB reservations that freed code returns to, instead of
+  //    an mmap, page faults and a munmap per link (another third). EH frames
+  //    are still registered, as LLJIT's default layer does.
+  B.setPlatformSetUp(setUpInactivePlatform);
+  B.setObjectLinkingLayerCreator(
+      [](ExecutionSession &ES) -> Expected<std::unique_ptr<ObjectLayer>> {
+        auto MM =
+            MapperJITLinkMemoryManager::CreateWithMapper<InProcessMemoryMapper>(
+                1 << 20);
+        if (!MM)
+          return MM.takeError();
+        auto L = std::make_unique<ObjectLinkingLayer>(ES, std::move(*MM));
+        auto EH = EHFrameRegistrationPlugin::Create(ES);
+        if (!EH)
+          return EH.takeError();
+        L->addPlugin(std::move(*EH));
+        return std::move(L);
+      });
   if (!Opts.CacheDir.empty()) {
     if (std::error_code EC = sys::fs::create_directories(Opts.CacheDir))
       return createStringError(EC, "cache directory '%s': %s",

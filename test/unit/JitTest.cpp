@@ -117,6 +117,63 @@ TEST(Jit, UnloadFreesAndAllowsReload) {
   EXPECT_EQ(C, 1u);
 }
 
+/// Anonymous mappings of this process: how many are executable, and their
+/// total size in bytes (JIT'd code and data live in such mappings).
+struct AnonMaps {
+  size_t Executable = 0;
+  uint64_t Bytes = 0;
+};
+
+AnonMaps anonMaps() {
+  AnonMaps M;
+  auto B = llvm::MemoryBuffer::getFileAsStream("/proc/self/maps");
+  if (!B) {
+    ADD_FAILURE() << "cannot read /proc/self/maps";
+    return M;
+  }
+  llvm::SmallVector<llvm::StringRef, 0> Lines;
+  (*B)->getBuffer().split(Lines, '\n', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef Line : Lines) {
+    llvm::SmallVector<llvm::StringRef, 6> F;
+    Line.split(F, ' ', 5, /*KeepEmpty=*/false);
+    if (F.size() < 5 || (F.size() == 6 && !F[5].trim().empty()))
+      continue; // Named: a file, [heap], [stack], ...
+    auto [Lo, Hi] = F[0].split('-');
+    uint64_t L = 0, H = 0;
+    if (Lo.getAsInteger(16, L) || Hi.getAsInteger(16, H))
+      continue;
+    M.Bytes += H - L;
+    M.Executable += F[1].contains('x');
+  }
+  return M;
+}
+
+TEST(Jit, UnloadReturnsCodeMemoryUnderChurn) {
+  // Code memory comes from reservations that unloaded code returns to; a
+  // leak of one link's memory (at least a page) per identity would show
+  // here as 300 new pages or mappings.
+  auto E = engine();
+  ASSERT_TRUE(E);
+  Archive A = makeArchive("tsi", TsiIR);
+  auto Cycle = [&] {
+    auto L = E->load(A);
+    ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+    size_t C = 0;
+    L->Main(nullptr, 0, &C);
+    EXPECT_EQ(C, 1u);
+    ASSERT_FALSE(!!E->unload(A.Hash));
+  };
+  for (int I = 0; I < 20; ++I)
+    Cycle();
+  AnonMaps Before = anonMaps();
+  for (int I = 0; I < 300; ++I)
+    Cycle();
+  AnonMaps After = anonMaps();
+  EXPECT_LE(After.Executable, Before.Executable + 1);
+  EXPECT_LT(After.Bytes, Before.Bytes + 300 * 4096)
+      << "before " << Before.Bytes << ", after " << After.Bytes;
+}
+
 TEST(Jit, MissingSymbolIsNamedBeforeAnythingRuns) {
   auto E = engine();
   ASSERT_TRUE(E);
