@@ -71,11 +71,11 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
   // First contact from an object member or the disk cache is mostly ORC's
   // fixed cost per JITDylib and per link, so two defaults go:
   //  - no platform: the generic IR platform would set up initializer
-  //    support in every JITDylib (a third of a cached load), but ifuncs have
+  //    support in every JITDylib (a fifth of a cached load), but ifuncs have
   //    no constructors or destructors (IfuncPasses refuses them);
   //  - memory from 1 MiB reservations that freed code returns to, instead of
-  //    an mmap, page faults and a munmap per link (another third). EH frames
-  //    are still registered, as LLJIT's default layer does.
+  //    an mmap, page faults and a munmap per link (a further third). EH
+  //    frames are still registered, as LLJIT's default layer does.
   B.setPlatformSetUp(setUpInactivePlatform);
   B.setObjectLinkingLayerCreator(
       [](ExecutionSession &ES) -> Expected<std::unique_ptr<ObjectLayer>> {
