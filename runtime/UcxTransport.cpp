@@ -651,6 +651,8 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
       Co.Backlog.back().Body.size() + BatchRecordOverhead + Size > BatchMax) {
     Outgoing &O = Co.Backlog.emplace_back();
     O.AmId = Alone ? TokenAmId : BatchAmId;
+    if (!Alone)
+      O.Body.reserve(BatchMax); // No regrowth while the batch fills.
     O.Header.resize(TokenSize);
     support::endian::write64le(O.Header.data(), Co.PeerToken);
   }
