@@ -382,6 +382,12 @@ struct Region {
   }
 };
 
+/// Names a binary in messages: "manifest at offset 0", "member 2 at offset
+/// 1234". Built only when a message is.
+static std::string placeOf(StringRef Where, uint64_t Offset) {
+  return (Where + " at offset " + Twine(Offset)).str();
+}
+
 class BinaryReader {
   StringRef Bytes; // This binary only, Header.Size bytes.
   StringRef Where; // "manifest" or "member N"; at Offset in the archive.
@@ -393,8 +399,7 @@ public:
 
   // Messages are built only on failure: a good archive formats nothing.
   Error fail(const Twine &Msg) const {
-    return createStringError(Where + " at offset " + Twine(Offset) + ": " +
-                             Msg);
+    return createStringError(placeOf(Where, Offset) + ": " + Msg);
   }
   uint16_t u16(uint64_t Off) const {
     return support::endian::read16le(Bytes.data() + Off);
@@ -679,7 +684,7 @@ Expected<Archive> readArchive(MemoryBufferRef Buffer, const ReadOptions &Opts) {
     std::string Where =
         Index == 0 ? std::string("manifest") : "member " + utostr(Index - 1);
     StringRef Rest = Data.substr(Offset);
-    auto At = [&] { return (Where + " at offset " + Twine(Offset)).str(); };
+    auto At = [&] { return placeOf(Where, Offset); };
     if (Rest.size() < HeaderSize)
       return createStringError(formatv("{0}: truncated header ({1} bytes left, "
                                        "need {2})",
