@@ -19,6 +19,7 @@
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h"
 #include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
+#include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/BLAKE3.h"
 #include "llvm/Support/DynamicLibrary.h"
@@ -26,8 +27,10 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/SmallVectorMemoryBuffer.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Host.h"
 
 #include <chrono>
@@ -46,6 +49,58 @@ static Error loadError(LoadFailure K, Error E) {
 }
 
 static std::once_flag InitTargets;
+
+namespace {
+/// Compiles modules to objects with one codegen pipeline, built once.
+/// ORC's compilers build a legacy pass manager with the whole codegen
+/// pipeline for every module; for an ifunc that construction is half of a
+/// JIT compile (scheduling ~150 passes, each setPreservesCFG() walking the
+/// pass registry), more than running the passes. The pipeline and its
+/// object streamer are made to be run again: every pass re-initialises per
+/// module, the streamer is reset when a module is finished (llc's
+/// -compile-twice runs one pass manager twice the same way). Compiles are
+/// serialised by a mutex: JitEngine is used from several threads.
+class ReusedPipelineCompiler : public IRCompileLayer::IRCompiler {
+public:
+  static Expected<std::unique_ptr<IRCompileLayer::IRCompiler>>
+  create(JITTargetMachineBuilder JTMB, ObjectCache *Cache) {
+    Expected<std::unique_ptr<TargetMachine>> TM = JTMB.createTargetMachine();
+    if (!TM)
+      return TM.takeError();
+    std::unique_ptr<ReusedPipelineCompiler> C(
+        new ReusedPipelineCompiler(std::move(*TM), Cache));
+    MCContext *Ctx;
+    if (C->TM->addPassesToEmitMC(C->PM, Ctx, C->OS))
+      return createStringError("the target cannot emit objects");
+    return std::move(C);
+  }
+
+  Expected<std::unique_ptr<MemoryBuffer>> operator()(Module &M) override {
+    std::lock_guard<std::mutex> L(Mu);
+    Out.clear();
+    PM.run(M);
+    auto Obj = std::make_unique<SmallVectorMemoryBuffer>(
+        std::move(Out), M.getModuleIdentifier() + "-jitted-objectbuffer",
+        /*RequiresNullTerminator=*/false);
+    Out = SmallVector<char, 0>(); // Moved from: make it empty again.
+    if (Cache)
+      Cache->notifyObjectCompiled(&M, Obj->getMemBufferRef());
+    return std::move(Obj);
+  }
+
+private:
+  ReusedPipelineCompiler(std::unique_ptr<TargetMachine> T, ObjectCache *Cache)
+      : IRCompiler(irManglingOptionsFromTargetOptions(T->Options)),
+        TM(std::move(T)), Cache(Cache) {}
+
+  std::mutex Mu;
+  std::unique_ptr<TargetMachine> TM;
+  legacy::PassManager PM; ///< After TM: its passes refer to it.
+  SmallVector<char, 0> Out;
+  raw_svector_ostream OS{Out}; ///< The pipeline writes objects here.
+  ObjectCache *Cache;
+};
+} // namespace
 
 Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
   std::call_once(InitTargets, [] {
@@ -96,13 +151,11 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
       return createStringError(EC, "cache directory '%s': %s",
                                Opts.CacheDir.c_str(), EC.message().c_str());
     E->Cache = std::make_unique<DiskObjectCache>(Opts.CacheDir);
-    ObjectCache *C = E->Cache.get();
-    B.setCompileFunctionCreator(
-        [C](JITTargetMachineBuilder JTMB)
-            -> Expected<std::unique_ptr<IRCompileLayer::IRCompiler>> {
-          return std::make_unique<ConcurrentIRCompiler>(std::move(JTMB), C);
-        });
   }
+  ObjectCache *C = E->Cache.get();
+  B.setCompileFunctionCreator([C](JITTargetMachineBuilder JTMB) {
+    return ReusedPipelineCompiler::create(std::move(JTMB), C);
+  });
   Expected<std::unique_ptr<LLJIT>> J = B.create();
   if (!J)
     return J.takeError();

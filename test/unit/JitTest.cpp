@@ -10,6 +10,8 @@
 
 #include "gtest/gtest.h"
 
+#include <thread>
+
 using namespace tc;
 using tc::test::hostMember;
 
@@ -82,6 +84,51 @@ define void @%s_main(ptr %%p, i64 %%n, ptr %%t) {
   L1->Main(nullptr, 0, &C);
   L2->Main(nullptr, 0, &C);
   EXPECT_EQ(C, 101u);
+}
+
+TEST(Jit, OneCodegenPipelineCompilesManyModulesFromTwoThreads) {
+  // The engine builds its codegen pipeline once and runs it on every
+  // module: nothing of one compile may leak into the next. The modules
+  // differ in a global, a loop's trip count and their symbols; each comes
+  // from its own LLVMContext; two threads compile at once, and every other
+  // identity is unloaded again.
+  auto E = engine();
+  ASSERT_TRUE(E);
+  const char *Fmt = R"(
+@k = internal global i64 %d
+define void @m%d_main(ptr %%p, i64 %%n, ptr %%t) {
+entry:
+  %%k = load i64, ptr @k
+  br label %%loop
+loop:
+  %%i = phi i64 [0, %%entry], [%%i1, %%loop]
+  %%v = load i64, ptr %%t
+  %%w = add i64 %%v, %%k
+  store i64 %%w, ptr %%t
+  %%i1 = add i64 %%i, 1
+  %%c = icmp ult i64 %%i1, %d
+  br i1 %%c, label %%loop, label %%done
+done:
+  ret void
+})";
+  auto Run = [&](int First) {
+    for (int I = First; I < First + 24; ++I) {
+      char IR[1024];
+      snprintf(IR, sizeof IR, Fmt, I + 1, I, I % 5 + 1);
+      Archive A = makeArchive("m" + std::to_string(I), IR);
+      auto L = E->load(A);
+      ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+      size_t C = 0;
+      L->Main(nullptr, 0, &C);
+      EXPECT_EQ(C, size_t(I + 1) * (I % 5 + 1)) << "module " << I;
+      if (I % 2)
+        ASSERT_FALSE(!!E->unload(A.Hash));
+    }
+  };
+  std::thread Other(Run, 100);
+  Run(0);
+  Other.join();
+  EXPECT_EQ(E->size(), 24u);
 }
 
 TEST(Jit, ChangedCodeUnderTheSameNameIsADifferentIdentity) {
