@@ -120,13 +120,13 @@ double secondsSince(Clock::time_point T0) {
 
 void waitFor(tc_worker_h W, const std::function<bool()> &Done,
              const std::string &What, double TimeoutS) {
-  auto T0 = Clock::now();
+  Deadline D;
   for (unsigned I = 0; !Done(); ++I) {
     tc_worker_progress(W);
     if ((I & 1023) == 1023) {
       if (Interrupted)
         die("interrupted");
-      if (secondsSince(T0) > TimeoutS)
+      if (D.passed(TimeoutS))
         die("timed out after " + number(TimeoutS) + " s waiting for " + What);
     }
   }

@@ -56,6 +56,27 @@ void installSignalHandlers();
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point T0);
 
+/// A timeout for wait loops that starts at the first check, not at entry:
+/// a wait that ends before it checks reads no clock (a clock read costs
+/// ~30 ns here, a tenth of a one-way message, and ping-pong waits begin on
+/// every message).
+class Deadline {
+public:
+  /// True once \p Seconds have passed since the first call.
+  bool passed(double Seconds) {
+    if (!Started) {
+      Started = true;
+      T0 = Clock::now();
+      return false;
+    }
+    return secondsSince(T0) > Seconds;
+  }
+
+private:
+  bool Started = false;
+  Clock::time_point T0;
+};
+
 /// Progresses \p W until \p Done() or \p TimeoutS seconds pass (then dies
 /// saying \p What). Busy-polls, as latency measurements need.
 void waitFor(tc_worker_h W, const std::function<bool()> &Done,

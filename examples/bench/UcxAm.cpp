@@ -171,7 +171,7 @@ std::string send(Side &S) {
   ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   P.flags = 0;
-  auto T0 = Clock::now();
+  Deadline D;
   for (unsigned I = 0;; ++I) {
     ucs_status_ptr_t R =
         ucp_am_send_nbx(S.Ep, TsiAmId, nullptr, 0, Message, sizeof Message, &P);
@@ -181,17 +181,17 @@ std::string send(Side &S) {
       return std::string("ucp_am_send_nbx: ") +
              ucs_status_string(UCS_PTR_STATUS(R));
     ucp_worker_progress(S.W);
-    if ((I & 1023) == 1023 && secondsSince(T0) > TimeoutS)
+    if ((I & 1023) == 1023 && D.passed(TimeoutS))
       return "timed out sending";
   }
 }
 
 /// Progresses until \p S's counter reaches \p Want.
 std::string await(Side &S, uint64_t Want) {
-  auto T0 = Clock::now();
+  Deadline D;
   for (unsigned I = 0; S.Counter < Want; ++I) {
     ucp_worker_progress(S.W);
-    if ((I & 1023) == 1023 && (secondsSince(T0) > TimeoutS || Interrupted))
+    if ((I & 1023) == 1023 && (D.passed(TimeoutS) || Interrupted))
       return "timed out waiting for the peer's messages";
   }
   return "";
