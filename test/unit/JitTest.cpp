@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 
 #include <thread>
+#include <unistd.h>
 
 using namespace tc;
 using tc::test::hostMember;
@@ -333,6 +334,19 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     auto L = (*E)->load(A);
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     EXPECT_FALSE(L->FromDiskCache);
+    size_t C = 1;
+    L->Main(nullptr, 0, &C);
+    EXPECT_EQ(C, 2u);
+  }
+  // A truncated file (a checksum and no object; or less than a checksum)
+  // is ignored too.
+  for (size_t Keep : {32, 20, 0}) {
+    ASSERT_EQ(::truncate(Files[0].c_str(), off_t(Keep)), 0);
+    auto E = JitEngine::create(O);
+    ASSERT_TRUE(!!E);
+    auto L = (*E)->load(A);
+    ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+    EXPECT_FALSE(L->FromDiskCache) << "kept " << Keep << " bytes";
     size_t C = 1;
     L->Main(nullptr, 0, &C);
     EXPECT_EQ(C, 2u);
