@@ -95,9 +95,10 @@ private:
 
   std::mutex Mu;
   std::unique_ptr<TargetMachine> TM;
-  legacy::PassManager PM; ///< After TM: its passes refer to it.
   SmallVector<char, 0> Out;
   raw_svector_ostream OS{Out}; ///< The pipeline writes objects here.
+  /// Declared after what its passes refer to (TM, OS): destroyed first.
+  legacy::PassManager PM;
   ObjectCache *Cache;
 };
 } // namespace
