@@ -77,12 +77,11 @@ public:
 
   Expected<std::unique_ptr<MemoryBuffer>> operator()(Module &M) override {
     std::lock_guard<std::mutex> L(Mu);
-    Out.clear();
+    Out.clear(); // Moved from by the compile before.
     PM.run(M);
     auto Obj = std::make_unique<SmallVectorMemoryBuffer>(
         std::move(Out), M.getModuleIdentifier() + "-jitted-objectbuffer",
         /*RequiresNullTerminator=*/false);
-    Out = SmallVector<char, 0>(); // Moved from: make it empty again.
     if (Cache)
       Cache->notifyObjectCompiled(&M, Obj->getMemBufferRef());
     return std::move(Obj);

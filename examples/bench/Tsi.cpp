@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <iterator>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sstream>
@@ -505,8 +506,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   }
   // Ratios of figures taken in the same round, before the rounds merge.
   const char *const References[] = {"am", "ucx_am", "ucx_perftest"};
-  double Paired[3];
-  for (int I = 0; I < 3; ++I)
+  constexpr size_t NumReferences = std::size(References);
+  double Paired[NumReferences];
+  for (size_t I = 0; I < NumReferences; ++I)
     Paired[I] =
         pairedRatio(R.Out, First, "cached", References[I], "latency_us");
   medianOfRounds(R.Out, First);
@@ -546,7 +548,7 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (O.Fmt == Format::Table && Want("cached")) {
     // "paired": the median over rounds of each round's own ratio.
     double Ca = Find("cached", "latency_us");
-    for (int I = 0; I < 3; ++I) {
+    for (size_t I = 0; I < NumReferences; ++I) {
       double Lat = Find(References[I], "latency_us");
       double Rate = Find(References[I], "rate_msgs");
       if (!Lat)

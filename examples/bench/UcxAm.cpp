@@ -1,5 +1,4 @@
-//===- UcxAm.cpp - TSI over UCX's own active messages, without libtc
-//-------===//
+//===- UcxAm.cpp - TSI on UCX's own active messages, without libtc -------===//
 //
 // `tc-bench tsi` mode ucx_am: the active-message baseline of the papers,
 // written straight on UCP. Two processes of this machine (this one and a
@@ -89,8 +88,11 @@ std::string init(Side &S) {
   ucs_status_t St = ucp_config_read(nullptr, nullptr, &Cfg);
   if (St != UCS_OK)
     return std::string("ucp_config_read: ") + ucs_status_string(St);
-  if (mayUseSharedMemory() && !std::getenv("UCX_MM_ERROR_HANDLING"))
-    ucp_config_modify(Cfg, "MM_ERROR_HANDLING", "y");
+  if (mayUseSharedMemory() && !std::getenv("UCX_MM_ERROR_HANDLING") &&
+      (St = ucp_config_modify(Cfg, "MM_ERROR_HANDLING", "y")) != UCS_OK) {
+    ucp_config_release(Cfg);
+    return std::string("UCX MM_ERROR_HANDLING: ") + ucs_status_string(St);
+  }
   ucp_params_t P{};
   P.field_mask = UCP_PARAM_FIELD_FEATURES;
   P.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
