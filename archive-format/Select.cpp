@@ -45,9 +45,10 @@ Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
     if (M.TheRole != R || (Kind && M.Kind != *Kind))
       continue;
     // The common case, the host's own triple, needs no parsing.
-    if (M.Triple == Host
-            ? HostT.getArch() == Triple::UnknownArch
-            : !compatible(Triple(Triple::normalize(M.Triple)), HostT))
+    bool Fits = M.Triple == Host
+                    ? HostT.getArch() != Triple::UnknownArch
+                    : compatible(Triple(Triple::normalize(M.Triple)), HostT);
+    if (!Fits)
       continue;
     // Lower is better: CPU match before generic, exact triple before a
     // vendor variant, bitcode (tuned at JIT time) before an object.
