@@ -33,17 +33,21 @@ namespace tc {
 
 namespace {
 
-/// Collects diagnostics, one per line, each `[file:line: ]error: ifunc
-/// 'NAME': ...`.
+/// Collects diagnostics, one per line, each `file[:line]: error: ifunc
+/// 'NAME': ...`: the line of the definition when debug info has it, else
+/// the module's source file alone (a missing entry point has no line).
 class Diagnostics {
   std::string Name;
+  std::string File;
   std::string Text;
 
 public:
-  explicit Diagnostics(StringRef Name) : Name(Name.str()) {}
+  Diagnostics(const Module &M, StringRef Name)
+      : Name(Name.str()), File(M.getSourceFileName()) {}
   void error(const GlobalValue *At, const Twine &Msg) {
     if (!Text.empty())
       Text += "\n";
+    size_t Start = Text.size();
     if (const auto *F = dyn_cast_or_null<Function>(At))
       if (const DISubprogram *SP = F->getSubprogram())
         Text += (SP->getFilename() + ":" + Twine(SP->getLine()) + ": ").str();
@@ -54,6 +58,8 @@ public:
         if (DIGlobalVariable *V = GVEs.front()->getVariable())
           Text += (V->getFilename() + ":" + Twine(V->getLine()) + ": ").str();
     }
+    if (Text.size() == Start && !File.empty())
+      Text += File + ": ";
     Text += ("error: ifunc '" + Name + "': " + Msg).str();
   }
   Error take() {
@@ -276,7 +282,7 @@ void rejectUnshippable(Module &M, const StringSet<> &WasCommon,
 }
 
 Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
-  Diagnostics D(Opts.Name);
+  Diagnostics D(M, Opts.Name);
   for (const char *List : {"llvm.global_ctors", "llvm.global_dtors"}) {
     GlobalVariable *G = M.getNamedGlobal(List);
     if (!G || !G->hasInitializer())
@@ -336,7 +342,7 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
 } // namespace
 
 Error checkIfuncABI(Module &M, const IfuncOptions &Opts) {
-  Diagnostics D(Opts.Name);
+  Diagnostics D(M, Opts.Name);
   for (const EntrySpec &S : entrySpecs(M))
     checkEntry(M, Opts, S, D);
   return D.take();
