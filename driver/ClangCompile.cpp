@@ -17,6 +17,7 @@
 #include "clang/Driver/Compilation.h"
 #include "clang/Driver/Driver.h"
 #include "clang/Driver/Job.h"
+#include "clang/Driver/Types.h"
 #include "clang/Frontend/CompilerInstance.h"
 #include "clang/Frontend/CompilerInvocation.h"
 #include "clang/Frontend/TextDiagnosticPrinter.h"
@@ -24,6 +25,7 @@
 #include "clang/Lex/HeaderSearchOptions.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
@@ -141,9 +143,33 @@ static Error checkLibraryHeaders(const clang::CompilerInvocation &CI,
   return Error::success();
 }
 
+/// Whether clang would compile \p Input to LLVM IR by its extension alone:
+/// C-family sources do; objects, archives and unknown extensions are linker
+/// inputs to clang's driver (which then makes no compile job), assembly goes
+/// to the assembler.
+static bool compilesToIR(StringRef Input) {
+  namespace types = clang::driver::types;
+  StringRef Ext = sys::path::extension(Input);
+  types::ID Ty = types::lookupTypeForExtension(Ext.drop_front());
+  return Ty != types::TY_INVALID && types::isAcceptedByClang(Ty) &&
+         Ty != types::TY_Asm && Ty != types::TY_PP_Asm;
+}
+
 Expected<std::unique_ptr<Module>>
 compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
   const DriverOptions &O = S.Opts;
+  bool HaveLanguage = llvm::any_of(
+      O.ClangArgs, [](StringRef A) { return A.starts_with("-x"); });
+  // clang would add "no input files" to this: one line is enough.
+  if (Input != "-" && !sys::fs::exists(Input))
+    return createStringError("'%s': no such file or directory",
+                             Input.str().c_str());
+  if (Input == "-" && !HaveLanguage)
+    return createStringError("reading standard input needs -x LANGUAGE");
+  if (!HaveLanguage && !compilesToIR(Input))
+    return createStringError("'%s': not a C, C++ or Objective-C source, nor "
+                             "LLVM IR (.ll, .bc); name its language with -x",
+                             Input.str().c_str());
   // Driver-level problems (unknown flags, missing inputs) print as
   // `tc-cc: error: ...`, like the tool's own errors.
   clang::DiagnosticOptions DiagOpts;
@@ -157,8 +183,11 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
   clang::driver::Driver D(ClangPath, T.Triple, Diags, "tc-cc");
   D.setCheckInputsExist(true);
   std::vector<std::string> Storage = {ClangPath, "--target=" + T.Triple};
+  // tc-cc's -mcpu is per target; clang's x86 driver takes the CPU as
+  // -march (it rejects -mcpu there), the others as -mcpu.
   if (!T.CPU.empty())
-    Storage.push_back("-mcpu=" + T.CPU);
+    Storage.push_back((Triple(T.Triple).isX86() ? "-march=" : "-mcpu=") +
+                      T.CPU);
   if (!T.Sysroot.empty())
     Storage.push_back("--sysroot=" + T.Sysroot);
   Storage.push_back("-I" + S.TCIncludeDir);
@@ -176,7 +205,9 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
     Argv.push_back(Arg.c_str());
 
   std::unique_ptr<clang::driver::Compilation> C(D.BuildCompilation(Argv));
-  if (!C || C->containsError())
+  // Some driver errors (a missing input, an unknown -x language) leave the
+  // compilation without an error mark: they are in the engine.
+  if (!C || C->containsError() || Diags.hasErrorOccurred())
     return make_error<DiagnosedError>();
   const clang::driver::JobList &Jobs = C->getJobs();
   if (Jobs.size() != 1 || !isa<clang::driver::Command>(*Jobs.begin()))
@@ -184,6 +215,14 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
                              "made %zu",
                              Input.str().c_str(), Jobs.size());
   const auto &Cmd = cast<clang::driver::Command>(*Jobs.begin());
+  // -x assembler (or a language whose job is not cc1) gives no LLVM IR.
+  if (Cmd.getArguments().empty() ||
+      StringRef(Cmd.getArguments().front()) != "-cc1")
+    return createStringError(
+        "'%s': clang's job for it is '%s', not a "
+        "compile to LLVM IR",
+        Input.str().c_str(),
+        Cmd.getArguments().empty() ? "empty" : Cmd.getArguments().front());
   if (O.PrintCommands || O.Verbose) {
     Cmd.Print(errs(), "\n", /*Quote=*/true);
     if (O.PrintCommands)
@@ -198,6 +237,19 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
     return make_error<DiagnosedError>();
   if (Error E = checkLibraryHeaders(*CI, T))
     return std::move(E);
+  // Every target compiles the same standard input: read it once, and give
+  // each compile the buffer.
+  if (Input == "-") {
+    if (!S.Stdin) {
+      ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getSTDIN();
+      if (!B)
+        return createStringError("reading standard input: %s",
+                                 B.getError().message().c_str());
+      S.Stdin = std::move(*B);
+    }
+    clang::FrontendInputFile &In = CI->getFrontendOpts().Inputs.front();
+    In = clang::FrontendInputFile(S.Stdin->getMemBufferRef(), In.getKind());
+  }
   // cc1 leaks its AST at exit for speed; in-process it must not.
   CI->getFrontendOpts().DisableFree = false;
   clang::CompilerInstance Clang(std::move(CI));

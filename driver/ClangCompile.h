@@ -19,6 +19,7 @@
 
 namespace llvm {
 class LLVMContext;
+class MemoryBuffer;
 class Module;
 } // namespace llvm
 
@@ -44,6 +45,8 @@ struct ClangSession {
   std::string TCIncludeDir; ///< Holds tc/ifunc.h; added as -I.
   /// Every source and header read, for every target (the depfile).
   std::set<std::string> Dependencies;
+  /// Standard input (the input `-`), read once for all targets.
+  std::unique_ptr<llvm::MemoryBuffer> Stdin;
 };
 
 /// Compiles the C or C++ source \p Input for \p T: clang's driver builds the

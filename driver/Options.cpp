@@ -238,6 +238,9 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
                                T.c_str());
     It->Sysroot = Dir;
   }
+  if (O.Name.empty() && O.Inputs.front() == "-")
+    return createStringError("an ifunc read from standard input needs "
+                             "--name=NAME");
   if (O.Name.empty()) {
     O.Name = sys::path::stem(O.Inputs.front()).str();
     for (char &C : O.Name)
