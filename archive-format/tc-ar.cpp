@@ -135,6 +135,22 @@ std::optional<tc::Archive> openArchive(StringRef Path, ToolError &Err,
   return std::move(*A);
 }
 
+/// The archive argument of list, dump and verify: one path, no options.
+std::optional<ToolError> oneArchive(Args &A, StringRef Cmd, std::string &Path) {
+  if (A.done())
+    return ToolError{"", (Cmd + ": missing archive").str()};
+  StringRef First = A.take();
+  if (First.starts_with("-") && First != "-")
+    return ToolError{"", (Cmd + ": unknown option '" + First + "'").str()};
+  if (!A.done())
+    return ToolError{"",
+                     (Cmd + ": unexpected argument '" + A.peek() + "'").str()};
+  Path = First.str();
+  return std::nullopt;
+}
+
+/// Writes \p Bytes to \p Path (atomically, through a temporary file); the
+/// error names the path.
 Error writeFile(StringRef Path, StringRef Bytes) {
   return writeToOutput(Path, [&](raw_ostream &OS) {
     OS << Bytes;
@@ -232,16 +248,14 @@ int cmdCreate(Args &A) {
   if (!Bytes)
     return report(fileError(Out, Bytes.takeError()));
   if (Error E = writeFile(Out, *Bytes))
-    return report(fileError(Out, std::move(E)));
+    return report({"", toString(std::move(E))});
   return 0;
 }
 
 int cmdList(Args &A) {
-  if (A.done())
-    return report({"", "list: missing archive"});
-  std::string Path = A.take().str();
-  if (!A.done())
-    return report({"", "list: unexpected argument '" + A.peek().str() + "'"});
+  std::string Path;
+  if (std::optional<ToolError> E = oneArchive(A, "list", Path))
+    return report(*E);
   ToolError Err;
   std::optional<tc::Archive> Ar = openArchive(Path, Err);
   if (!Ar)
@@ -321,7 +335,7 @@ int cmdExtract(Args &A) {
   for (const tc::Member *M : Chosen) {
     std::string Out = Output ? *Output : memberFileName(*Ar, *M);
     if (Error E = writeFile(Out, M->Image))
-      return report(fileError(Out, std::move(E)));
+      return report({"", toString(std::move(E))});
   }
   return 0;
 }
@@ -344,11 +358,9 @@ void dumpLayout(raw_ostream &OS, const tc::BinaryLayout &L) {
 }
 
 int cmdDump(Args &A) {
-  if (A.done())
-    return report({"", "dump: missing archive"});
-  std::string Path = A.take().str();
-  if (!A.done())
-    return report({"", "dump: unexpected argument '" + A.peek().str() + "'"});
+  std::string Path;
+  if (std::optional<ToolError> E = oneArchive(A, "dump", Path))
+    return report(*E);
   ToolError Err;
   std::optional<tc::Archive> Ar = openArchive(Path, Err, /*VerifyHash=*/false);
   if (!Ar)
@@ -388,11 +400,9 @@ int cmdDump(Args &A) {
 }
 
 int cmdVerify(Args &A) {
-  if (A.done())
-    return report({"", "verify: missing archive"});
-  std::string Path = A.take().str();
-  if (!A.done())
-    return report({"", "verify: unexpected argument '" + A.peek().str() + "'"});
+  std::string Path;
+  if (std::optional<ToolError> E = oneArchive(A, "verify", Path))
+    return report(*E);
   ToolError Err;
   std::optional<tc::Archive> Ar = openArchive(Path, Err);
   if (!Ar)
