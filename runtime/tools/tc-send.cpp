@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
   R.onDisconnect([&](ConnId C, StringRef Why) {
     if (C == *Conn) {
       Closed = true;
-      Failure = "connection to " + To + " closed: " + Why.str();
+      Failure = Why.str(); // "connection to HOST:PORT lost: STATUS"
     }
   });
 
