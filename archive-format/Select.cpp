@@ -9,8 +9,11 @@
 
 #include "tc/Archive.h"
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/TargetParser/AArch64TargetParser.h"
 #include "llvm/TargetParser/Triple.h"
+#include "llvm/TargetParser/X86TargetParser.h"
 
 using namespace llvm;
 
@@ -29,6 +32,64 @@ static bool compatible(const Triple &M, const Triple &H) {
   return M.getObjectFormat() == H.getObjectFormat();
 }
 
+/// What LLVM's x86 CPU table says \p CPU has, implied features included
+/// (the table lists avx2 for x86-64-v3, not the avx and sse4.2 it implies).
+static StringMap<bool> x86Features(StringRef CPU) {
+  SmallVector<StringRef, 64> Listed;
+  X86::getFeaturesForCPU(CPU, Listed);
+  StringMap<bool> All;
+  for (StringRef F : Listed) {
+    All[F] = true; // updateImpliedFeatures sets only what F implies.
+    X86::updateImpliedFeatures(F, /*Enabled=*/true, All);
+  }
+  return All;
+}
+
+/// How many features code for \p MemberCPU may use when it runs on
+/// \p HostCPU (see cpuRunsOn), or -1 when it may not run there. More is
+/// more specific: x86-64-v4 code before x86-64-v3 code.
+static int cpuFeaturesUsable(StringRef TripleName, StringRef MemberCPU,
+                             StringRef HostCPU) {
+  if (HostCPU.empty())
+    return -1;
+  Triple T(Triple::normalize(TripleName));
+  if (T.isX86()) {
+    if (X86::parseArchX86(MemberCPU) == X86::CK_None ||
+        X86::parseArchX86(HostCPU) == X86::CK_None)
+      return -1;
+    StringMap<bool> Need = x86Features(MemberCPU);
+    StringMap<bool> Have = x86Features(HostCPU);
+    // Every 64-bit CPU has the x86-64 baseline, though the table's AMD
+    // entries omit its cmov.
+    if (X86::parseArchX86(HostCPU, /*Only64Bit=*/true) != X86::CK_None)
+      for (const StringMapEntry<bool> &F : x86Features("x86-64"))
+        Have[F.first()] = true;
+    int N = 0;
+    for (const StringMapEntry<bool> &F : Need) {
+      if (!F.second)
+        continue;
+      if (!Have.lookup(F.first()))
+        return -1;
+      ++N;
+    }
+    return N;
+  }
+  if (T.isAArch64()) {
+    std::optional<AArch64::CpuInfo> Need = AArch64::parseCpu(MemberCPU);
+    std::optional<AArch64::CpuInfo> Have = AArch64::parseCpu(HostCPU);
+    if (!Need || !Have || !Have->Arch.is_superset(Need->Arch) ||
+        (Need->getImpliedExtensions() & ~Have->getImpliedExtensions()).any())
+      return -1;
+    return static_cast<int>(Need->getImpliedExtensions().count());
+  }
+  return MemberCPU == HostCPU ? 0 : -1;
+}
+
+bool cpuRunsOn(StringRef TripleName, StringRef MemberCPU, StringRef HostCPU) {
+  return MemberCPU.empty() || MemberCPU == HostCPU ||
+         cpuFeaturesUsable(TripleName, MemberCPU, HostCPU) >= 0;
+}
+
 bool triplesCompatible(StringRef MemberTriple, StringRef HostTriple) {
   return compatible(Triple(Triple::normalize(MemberTriple)),
                     Triple(Triple::normalize(HostTriple)));
@@ -41,6 +102,7 @@ Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
   const Triple HostT(Host);
   const Member *Best = nullptr;
   int BestRank = 0;
+  int BestUsable = 0;
   for (const Member &M : A.Members) {
     if (M.TheRole != R || (Kind && M.Kind != *Kind))
       continue;
@@ -50,22 +112,28 @@ Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
                     : compatible(Triple(Triple::normalize(M.Triple)), HostT);
     if (!Fits)
       continue;
-    // Lower is better: CPU match before generic, exact triple before a
-    // vendor variant, bitcode (tuned at JIT time) before an object.
+    // Lower is better: the host's CPU, then a CPU whose features the host
+    // has (x86-64-v3 on a znver4; of several, the one using the most
+    // features), then generic; the exact triple before a vendor variant;
+    // bitcode (tuned at JIT time) before an object.
     int Rank;
+    int Usable = 0;
     if (!M.CPU.empty() && M.CPU == HostCPU)
       Rank = 0;
     else if (M.CPU.empty())
+      Rank = 8;
+    else if ((Usable = cpuFeaturesUsable(M.Triple, M.CPU, HostCPU)) >= 0)
       Rank = 4;
     else
-      continue; // Built for another CPU: may use instructions we lack.
+      continue; // Built for a CPU with instructions this one lacks.
     if (M.Triple != Host)
       Rank += 2;
     if (M.Kind != ImageKind::Bitcode)
       Rank += 1;
-    if (!Best || Rank < BestRank) {
+    if (!Best || Rank < BestRank || (Rank == BestRank && Usable > BestUsable)) {
       Best = &M;
       BestRank = Rank;
+      BestUsable = Usable;
     }
   }
   if (Best)

@@ -142,14 +142,25 @@ llvm::Expected<std::vector<std::string>> parseDepsList(llvm::StringRef Text);
 /// Picks the member a process with \p HostTriple and \p HostCPU should run.
 /// Triples match after llvm::Triple normalization with the vendor ignored
 /// (x86_64-pc-linux-gnu runs x86_64-unknown-linux-gnu code); a member built
-/// for \p HostCPU is preferred to a generic one; members for another CPU are
-/// never picked. With \p Kind set, only members of that kind qualify;
+/// for \p HostCPU is preferred to one built for a CPU whose features
+/// \p HostCPU has (cpuRunsOn), which is preferred to a generic one; members
+/// for any other CPU are never picked. With \p Kind set, only members of
+/// that kind qualify;
 /// otherwise bitcode is preferred to an object. The error lists what the
 /// archive has.
 llvm::Expected<const Member *>
 selectMember(const Archive &A, llvm::StringRef HostTriple,
              llvm::StringRef HostCPU = "", Role R = Role::Target,
              std::optional<ImageKind> Kind = std::nullopt);
+
+/// True when code built for CPU \p MemberCPU (empty: generic) runs on
+/// \p HostCPU, for targets of \p TripleName: the same CPU, or, on x86 and
+/// AArch64, a CPU that has every feature (x86, implied ones included) or
+/// the architecture version and every extension (AArch64) that LLVM's CPU
+/// tables give \p MemberCPU. Unknown CPU names and other architectures
+/// match only themselves.
+bool cpuRunsOn(llvm::StringRef TripleName, llvm::StringRef MemberCPU,
+               llvm::StringRef HostCPU);
 
 /// True when code built for \p MemberTriple may run on \p HostTriple.
 bool triplesCompatible(llvm::StringRef MemberTriple,

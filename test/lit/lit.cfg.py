@@ -44,6 +44,8 @@ host_triple = subprocess.check_output(
     [os.path.join(config.llvm_tools_dir, "llvm-config"), "--host-target"],
     text=True).strip()
 config.substitutions.append(("%host_triple", host_triple))
+if host_triple.startswith("x86_64"):
+    config.available_features.add("x86_64-host")
 config.substitutions.append(("%with_server", '"%s" "%s"' % (
     config.python_executable,
     os.path.join(config.test_source_root, "runtime", "Inputs",

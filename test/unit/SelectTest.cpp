@@ -54,13 +54,54 @@ TEST(SelectMember, PicksByNormalizedTriple) {
   EXPECT_EQ(M->Triple, "aarch64-unknown-linux-gnu");
 }
 
-TEST(SelectMember, PrefersHostCPUThenGenericNeverAnotherCPU) {
+TEST(SelectMember, PrefersHostCPUThenGenericNeverACPUWithMoreFeatures) {
   Archive A = twoTriples();
   A.Members.push_back(makeMember("x86_64-unknown-linux-gnu", "znver3"));
   EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "znver3")->CPU, "znver3");
   EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "skylake")->CPU, "");
   A.Members.erase(A.Members.begin()); // drop the generic x86_64 member
   EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "skylake"), nullptr);
+}
+
+TEST(CpuRunsOn, NeedsEveryFeatureOfTheMemberCPU) {
+  const char *X86 = "x86_64-unknown-linux-gnu";
+  EXPECT_TRUE(cpuRunsOn(X86, "", "skylake")); // generic runs anywhere
+  EXPECT_TRUE(cpuRunsOn(X86, "x86-64-v3", "znver4"));
+  EXPECT_TRUE(cpuRunsOn(X86, "x86-64-v3", "skylake"));
+  EXPECT_FALSE(cpuRunsOn(X86, "x86-64-v4", "skylake")); // no AVX-512
+  EXPECT_TRUE(cpuRunsOn(X86, "x86-64-v4", "znver4"));
+  EXPECT_TRUE(cpuRunsOn(X86, "x86-64-v2", "x86-64-v3"));
+  EXPECT_FALSE(cpuRunsOn(X86, "x86-64-v3", "x86-64-v2"));
+  EXPECT_FALSE(cpuRunsOn(X86, "znver3", "skylake")); // sse4a, clzero
+  EXPECT_FALSE(cpuRunsOn(X86, "x86-64-v3", "no-such-cpu"));
+  EXPECT_FALSE(cpuRunsOn(X86, "no-such-cpu", "znver4"));
+  EXPECT_TRUE(cpuRunsOn(X86, "no-such-cpu", "no-such-cpu"));
+  const char *A64 = "aarch64-unknown-linux-gnu";
+  EXPECT_TRUE(cpuRunsOn(A64, "neoverse-n1", "neoverse-v1"));
+  EXPECT_FALSE(cpuRunsOn(A64, "neoverse-v1", "neoverse-n1")); // SVE, v8.4
+  EXPECT_TRUE(cpuRunsOn(A64, "cortex-a72", "neoverse-n1"));
+  EXPECT_FALSE(cpuRunsOn(A64, "neoverse-n1", "cortex-a72"));
+  // Other architectures: a CPU runs only its own code.
+  EXPECT_FALSE(
+      cpuRunsOn("riscv64-unknown-linux-gnu", "sifive-u74", "sifive-x280"));
+  EXPECT_TRUE(
+      cpuRunsOn("riscv64-unknown-linux-gnu", "sifive-u74", "sifive-u74"));
+}
+
+TEST(SelectMember, HostCPUThenTheRichestCPUItCanRunThenGeneric) {
+  Archive A;
+  A.Name = "cpus";
+  A.Members = {makeMember("x86_64-unknown-linux-gnu", ""),
+               makeMember("x86_64-unknown-linux-gnu", "x86-64-v3"),
+               makeMember("x86_64-unknown-linux-gnu", "x86-64-v4"),
+               makeMember("x86_64-unknown-linux-gnu", "znver4")};
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "znver4")->CPU, "znver4");
+  // znver4's features are a subset of znver5's, and more than x86-64-v4's.
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "znver5")->CPU, "znver4");
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "sapphirerapids")->CPU, "x86-64-v4");
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "skylake")->CPU, "x86-64-v3");
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "x86-64-v2")->CPU, "");
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "")->CPU, "");
 }
 
 TEST(SelectMember, PrefersBitcodeToObjectAndHonoursRole) {
