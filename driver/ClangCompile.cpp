@@ -155,9 +155,7 @@ static bool compilesToIR(StringRef Input) {
          Ty != types::TY_Asm && Ty != types::TY_PP_Asm;
 }
 
-Expected<std::unique_ptr<Module>>
-compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
-  const DriverOptions &O = S.Opts;
+Error checkSourceInput(const DriverOptions &O, StringRef Input) {
   bool HaveLanguage = llvm::any_of(
       O.ClangArgs, [](StringRef A) { return A.starts_with("-x"); });
   // clang would add "no input files" to this: one line is enough.
@@ -170,6 +168,12 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
     return createStringError("'%s': not a C, C++ or Objective-C source, nor "
                              "LLVM IR (.ll, .bc); name its language with -x",
                              Input.str().c_str());
+  return Error::success();
+}
+
+Expected<std::unique_ptr<Module>>
+compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
+  const DriverOptions &O = S.Opts;
   // Driver-level problems (unknown flags, missing inputs) print as
   // `tc-cc: error: ...`, like the tool's own errors.
   clang::DiagnosticOptions DiagOpts;

@@ -49,6 +49,11 @@ struct ClangSession {
   std::unique_ptr<llvm::MemoryBuffer> Stdin;
 };
 
+/// Checks, once before any compile, that clang can compile the source
+/// \p Input to LLVM IR: it exists (or is `-`, standard input, with -x), and
+/// its extension names a C-family language or -x names one.
+llvm::Error checkSourceInput(const DriverOptions &O, llvm::StringRef Input);
+
 /// Compiles the C or C++ source \p Input for \p T: clang's driver builds the
 /// cc1 job (with -###: prints it and returns nullptr), a CompilerInstance
 /// runs it to a module in \p S.Ctx. Before compiling, checks that the C (and

@@ -257,6 +257,10 @@ Error Pipeline::writeDepfile() {
 }
 
 Error Pipeline::run() {
+  for (const std::string &In : O.Inputs)
+    if (!isIRInput(In))
+      if (Error E = checkSourceInput(O, In))
+        return E;
   IfuncOptions IO;
   IO.Name = O.Name;
   IO.KeepDebugInfo = O.KeepDebugInfo;
