@@ -49,6 +49,7 @@ static constexpr StringLiteral KeyVersion = "tc.version";
 static constexpr StringLiteral KeyName = "tc.name";
 static constexpr StringLiteral KeyHash = "tc.hash";
 static constexpr StringLiteral KeyDeps = "tc.deps";
+static constexpr StringLiteral KeyOmitted = "tc.omitted";
 static constexpr StringLiteral KeyTriple = "triple";
 static constexpr StringLiteral KeyArch = "arch";
 static constexpr StringLiteral KeyFeatures = "tc.features";
@@ -110,8 +111,9 @@ public:
   }
   void field(StringRef S) {
     number(S.size());
-    Stream.append(S.data(), S.size());
+    raw(S);
   }
+  void raw(StringRef S) { Stream.append(S.data(), S.size()); }
   void list(const std::vector<std::string> &L) {
     number(L.size());
     for (const std::string &S : L)
@@ -126,25 +128,48 @@ public:
 };
 } // namespace
 
+MemberDigest memberDigest(const Member &M) {
+  CanonicalHasher H(M.Image.size() + 256);
+  H.field("tc-member-v2");
+  H.field(M.Triple);
+  H.field(M.CPU);
+  H.field(M.Features);
+  H.field(imageKindName(M.Kind));
+  H.field(roleName(M.TheRole));
+  H.list(M.Symbols);
+  H.field(M.Image);
+  return H.result();
+}
+
 ArchiveHash computeHash(const Archive &A) {
-  size_t Images = 0;
+  std::vector<MemberDigest> Digests = A.Omitted;
   for (const Member &M : A.Members)
-    Images += M.Image.size() + 256;
-  CanonicalHasher H(Images + 256);
-  H.field("tc-archive-hash-v1");
+    Digests.push_back(memberDigest(M));
+  std::sort(Digests.begin(), Digests.end());
+  CanonicalHasher H(256 + 32 * Digests.size());
+  H.field("tc-archive-hash-v2");
   H.field(A.Name);
   H.list(A.Deps);
-  H.number(A.Members.size());
-  for (const Member &M : A.Members) {
-    H.field(M.Triple);
-    H.field(M.CPU);
-    H.field(M.Features);
-    H.field(imageKindName(M.Kind));
-    H.field(roleName(M.TheRole));
-    H.list(M.Symbols);
-    H.field(M.Image);
-  }
+  H.number(Digests.size());
+  for (const MemberDigest &D : Digests)
+    H.raw(StringRef(reinterpret_cast<const char *>(D.data()), D.size()));
   return H.result();
+}
+
+Archive thinArchive(const Archive &A, function_ref<bool(const Member &)> Keep) {
+  Archive Out;
+  Out.Name = A.Name;
+  Out.Deps = A.Deps;
+  Out.Omitted = A.Omitted;
+  Out.Hash = A.Hash;
+  for (const Member &M : A.Members) {
+    if (Keep(M))
+      Out.Members.push_back(M);
+    else
+      Out.Omitted.push_back(memberDigest(M));
+  }
+  std::sort(Out.Omitted.begin(), Out.Omitted.end());
+  return Out;
 }
 
 //===----------------------------------------------------------------------===//
@@ -259,6 +284,10 @@ Error validateArchive(const Archive &A) {
   }
   if (A.Members.empty())
     return createStringError("archive has no members");
+  for (size_t I = 1; I < A.Omitted.size(); ++I)
+    if (!(A.Omitted[I - 1] < A.Omitted[I]))
+      return createStringError("omitted member digests are not sorted and "
+                               "unique");
   for (size_t I = 0; I < A.Members.size(); ++I) {
     bool SameTriple = I > 0 && A.Members[I].Triple == A.Members[I - 1].Triple;
     if (Error E = checkMember(A.Members[I], SameTriple))
@@ -329,11 +358,17 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
   std::string Version = std::to_string(ArchiveVersion);
   std::string HashHex = toHex(A.Hash);
   std::string DepsText = joinLines(A.Deps);
+  std::vector<std::string> OmittedHex;
+  for (const MemberDigest &D : A.Omitted)
+    OmittedHex.push_back(toHex(D));
+  std::string OmittedText = joinLines(OmittedHex);
   MapVector<StringRef, StringRef> Manifest;
   Manifest[KeyVersion] = Version;
   Manifest[KeyName] = A.Name;
   Manifest[KeyHash] = HashHex;
   Manifest[KeyDeps] = DepsText;
+  if (!A.Omitted.empty())
+    Manifest[KeyOmitted] = OmittedText;
   Out += writeBinary(object::IMG_None, Manifest, "");
 
   for (const Member &M : A.Members) {
@@ -547,6 +582,16 @@ static Expected<const std::string *> requireKey(const BinaryLayout &L,
   return createStringError(Where + ": missing key '" + Key + "'");
 }
 
+/// Parses 64 lowercase hex digits into 32 bytes.
+static bool parseDigest(StringRef Hex, std::array<uint8_t, 32> &Out) {
+  std::string Raw;
+  if (Hex.size() != 64 || !tryGetFromHex(Hex, Raw) ||
+      Hex.find_first_of("ABCDEF") != StringRef::npos)
+    return false;
+  std::copy(Raw.begin(), Raw.end(), Out.begin());
+  return true;
+}
+
 static Error readManifest(Archive &A, const BinaryLayout &L,
                           StringRef StoredImage, ArchiveHash &StoredHash) {
   const char *Where = "manifest";
@@ -559,7 +604,9 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
         "manifest: image kind {0}, offload kind {1}, flags {2}, image size {3}; "
         "expected all 0",
         L.ImageKind, L.OffloadKind, L.Flags, StoredImage.size()));
-  if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps}, Where))
+  if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps,
+                              KeyOmitted},
+                          Where))
     return E;
   StringRef Version = *findKey(L, KeyVersion);
   if (Version != std::to_string(ArchiveVersion))
@@ -578,14 +625,22 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
   auto Hash = requireKey(L, KeyHash, Where);
   if (!Hash)
     return Hash.takeError();
-  StringRef Hex = **Hash;
-  std::string Raw;
-  if (Hex.size() != 64 || !tryGetFromHex(Hex, Raw) ||
-      Hex.find_first_of("ABCDEF") != StringRef::npos)
+  if (!parseDigest(**Hash, StoredHash))
     return createStringError("manifest: tc.hash '%s' is not 64 lowercase hex "
                              "digits",
-                             escaped(Hex).c_str());
-  std::copy(Raw.begin(), Raw.end(), StoredHash.begin());
+                             escaped(**Hash).c_str());
+  if (const std::string *Omitted = findKey(L, KeyOmitted)) {
+    // Each line one digest; an empty value would be a key with no meaning.
+    if (Omitted->empty())
+      return createStringError("manifest: tc.omitted is empty");
+    std::vector<std::string> Lines = splitLines(*Omitted);
+    A.Omitted.resize(Lines.size());
+    for (size_t I = 0; I < Lines.size(); ++I)
+      if (!parseDigest(Lines[I], A.Omitted[I]))
+        return createStringError("manifest: tc.omitted line %zu '%s' is not "
+                                 "64 lowercase hex digits",
+                                 I + 1, escaped(Lines[I]).c_str());
+  }
   return Error::success();
 }
 

@@ -160,4 +160,14 @@ Expected<const Member *> selectMember(const Archive &A, StringRef HostTriple,
       formatv("no member for {0} (have: {1})", Want, Have).str());
 }
 
+Expected<Archive> archiveForHost(const Archive &A, StringRef HostTriple,
+                                 StringRef HostCPU,
+                                 std::optional<ImageKind> Kind) {
+  Expected<const Member *> Pick =
+      selectMember(A, HostTriple, HostCPU, Role::Target, Kind);
+  if (!Pick)
+    return Pick.takeError();
+  return thinArchive(A, [&](const Member &M) { return &M == *Pick; });
+}
+
 } // namespace tc

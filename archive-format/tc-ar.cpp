@@ -41,6 +41,9 @@ COMMANDS:
   extract A [--target=TRIPLE] [--cpu=CPU] [--role=R] [-o OUT]
       With --target, write the member that host would run; otherwise write
       every member to NAME.TRIPLE[.CPU][.source].bc|.o. -o needs one member.
+  thin A --target=TRIPLE [--cpu=CPU] [--kind=bitcode|object] -o OUT
+      Write what a sender ships to that host: the member it would run, the
+      others listed by digest only (tc.omitted); the hash is unchanged.
   dump A
       Every header field and string, with offsets.
   verify A
@@ -269,6 +272,8 @@ int cmdList(Args &A) {
              << M.Layout.ImageSize << ")";
     outs() << "\n";
   }
+  for (const tc::MemberDigest &D : Ar->Omitted)
+    outs() << "omitted " << tc::toHex(D) << "\n";
   return 0;
 }
 
@@ -340,6 +345,53 @@ int cmdExtract(Args &A) {
   return 0;
 }
 
+int cmdThin(Args &A) {
+  if (A.done())
+    return report({"", "thin: missing archive"});
+  std::string Path = A.take().str();
+  std::optional<std::string> Target, Output;
+  std::optional<tc::ImageKind> Kind;
+  std::string CPU;
+  while (!A.done()) {
+    StringRef Arg = A.peek();
+    std::optional<StringRef> V;
+    if ((V = A.option("--target"))) {
+      Target = V->str();
+    } else if ((V = A.option("--cpu"))) {
+      CPU = V->str();
+    } else if ((V = A.option("--kind"))) {
+      if (*V == "bitcode")
+        Kind = tc::ImageKind::Bitcode;
+      else if (*V == "object")
+        Kind = tc::ImageKind::Object;
+      else
+        return report({"", "thin: unknown kind '" + V->str() +
+                               "' (expected bitcode or object)"});
+    } else if ((V = A.option("-o"))) {
+      Output = V->str();
+    } else if (!A.Failure.empty()) {
+      return report({"", A.Failure});
+    } else {
+      return report({"", "thin: unexpected argument '" + Arg.str() + "'"});
+    }
+  }
+  if (!Target || !Output)
+    return report({"", "thin: needs --target=TRIPLE and -o OUT"});
+  ToolError Err;
+  std::optional<tc::Archive> Ar = openArchive(Path, Err);
+  if (!Ar)
+    return report(Err);
+  Expected<tc::Archive> Thin = tc::archiveForHost(*Ar, *Target, CPU, Kind);
+  if (!Thin)
+    return report(fileError(Path, Thin.takeError()));
+  Expected<SmallString<0>> Bytes = tc::writeArchive(*Thin);
+  if (!Bytes)
+    return report(fileError(Path, Bytes.takeError()));
+  if (Error E = writeFile(*Output, *Bytes))
+    return report({"", toString(std::move(E))});
+  return 0;
+}
+
 void dumpLayout(raw_ostream &OS, const tc::BinaryLayout &L) {
   OS << formatv("  header: offset {0} size {1} version {2}\n", L.Offset,
                 L.Size, L.Version);
@@ -381,6 +433,9 @@ int cmdDump(Args &A) {
   OS << "deps: " << Ar->Deps.size() << "\n";
   for (const std::string &D : Ar->Deps)
     OS << "  dep " << D << "\n";
+  OS << "omitted: " << Ar->Omitted.size() << "\n";
+  for (const tc::MemberDigest &D : Ar->Omitted)
+    OS << "  digest " << tc::toHex(D) << "\n";
   OS << "manifest:\n";
   dumpLayout(OS, Ar->ManifestLayout);
   for (size_t I = 0; I < Ar->Members.size(); ++I) {
@@ -391,6 +446,7 @@ int cmdDump(Args &A) {
        << tc::imageKindName(M.Kind) << " role=" << tc::roleName(M.TheRole)
        << " compression=" << tc::compressionName(M.Compress)
        << " size=" << M.Image.size() << "\n";
+    OS << "  digest: " << tc::toHex(tc::memberDigest(M)) << "\n";
     dumpLayout(OS, M.Layout);
     OS << "  symbols: " << M.Symbols.size() << "\n";
     for (const std::string &S : M.Symbols)
@@ -444,6 +500,8 @@ int main(int argc, char **argv) {
     return cmdList(A);
   if (Cmd == "extract" || Cmd == "x")
     return cmdExtract(A);
+  if (Cmd == "thin")
+    return cmdThin(A);
   if (Cmd == "dump")
     return cmdDump(A);
   if (Cmd == "verify")

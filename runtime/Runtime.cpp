@@ -56,20 +56,18 @@ void Runtime::event(const Twine &Msg) {
 // Source side
 //===----------------------------------------------------------------------===//
 
-/// Targets get the archive without source members; its hash is the code's
-/// identity on the wire.
-static Expected<std::pair<std::string, ArchiveHash>>
-shippedArchive(const Archive &A) {
-  Archive Shipped = A;
-  llvm::erase_if(Shipped.Members,
-                 [](const Member &M) { return M.TheRole == Role::Source; });
+/// Targets get the archive without source members (listed by digest only,
+/// so the hash, the code's identity on the wire, is the archive's own).
+static Expected<std::string> shippedArchive(const Archive &A) {
+  Archive Shipped = thinArchive(
+      A, [](const Member &M) { return M.TheRole == Role::Target; });
   if (Shipped.Members.empty())
     return createStringError("ifunc '%s': archive has no target members",
                              A.Name.c_str());
   Expected<SmallString<0>> Out = writeArchive(Shipped);
   if (!Out)
     return Out.takeError();
-  return std::make_pair(Out->str().str(), Shipped.Hash);
+  return Out->str().str();
 }
 
 Expected<std::shared_ptr<const Ifunc>>
@@ -95,11 +93,11 @@ Runtime::registerArchive(StringRef Bytes) {
     Slot = F->SourceHold;
   }
 
-  Expected<std::pair<std::string, ArchiveHash>> Out = shippedArchive(*A);
+  Expected<std::string> Out = shippedArchive(*A);
   if (!Out)
     return Out.takeError();
-  F->Bytes = std::move(Out->first);
-  F->Hash = Out->second;
+  F->Bytes = std::move(*Out);
+  F->Hash = A->Hash;
   F->Parsed = std::move(*A);
   Registered[F->Name] = F;
   event("registered " + F->Name + " " + toHex(F->Hash).substr(0, 16));
@@ -349,17 +347,10 @@ void *Runtime::lookUpTargetArgs(StringRef Name, ArgsSlot &Slot) {
 }
 
 Expected<const LoadedIfunc *> Runtime::preload(StringRef Bytes) {
-  // Load what a sender of this archive would ship, so the identities match.
+  // The archive's hash is the identity senders use, whichever of its
+  // members they ship.
   WireStatus Why = WireStatus::BadArchive;
-  Expected<Archive> A = readArchive(MemoryBufferRef(Bytes, "archive"));
-  if (!A)
-    return createStringError(wireStatusName(Why) + ": " +
-                             toString(A.takeError()));
-  Expected<std::pair<std::string, ArchiveHash>> Shipped = shippedArchive(*A);
-  if (!Shipped)
-    return createStringError(wireStatusName(Why) + ": " +
-                             toString(Shipped.takeError()));
-  Expected<const LoadedIfunc *> L = loadArchive(Shipped->first, nullptr, Why);
+  Expected<const LoadedIfunc *> L = loadArchive(Bytes, nullptr, Why);
   if (!L)
     return createStringError(wireStatusName(Why) + ": " +
                              toString(L.takeError()));

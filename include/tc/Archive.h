@@ -20,6 +20,7 @@
 #ifndef TC_ARCHIVE_H
 #define TC_ARCHIVE_H
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -36,7 +37,7 @@ namespace tc {
 
 /// Version of the tc layer (the `tc.version` manifest key). A reader rejects
 /// any other value; see docs/archive-format.md for the version rule.
-constexpr unsigned ArchiveVersion = 1;
+constexpr unsigned ArchiveVersion = 2;
 
 /// What a member's image holds.
 enum class ImageKind : uint8_t {
@@ -64,6 +65,8 @@ llvm::Expected<Compression> parseCompression(llvm::StringRef S);
 
 /// The 32-byte BLAKE3 content hash of an archive.
 using ArchiveHash = std::array<uint8_t, 32>;
+/// The 32-byte BLAKE3 digest of one member (memberDigest()).
+using MemberDigest = std::array<uint8_t, 32>;
 std::string toHex(const ArchiveHash &H);
 
 /// Where one offload binary of an archive sits and what its header says.
@@ -105,6 +108,10 @@ struct Archive {
   std::string Name;              ///< The ifunc name: a C identifier.
   std::vector<std::string> Deps; ///< Shared libraries the target loads.
   std::vector<Member> Members;
+  /// Members this copy leaves out, by digest, sorted: a sender ships a
+  /// target only the member it will run (thinArchive()), and the omitted
+  /// digests let the target recompute the same content hash.
+  std::vector<MemberDigest> Omitted;
   ArchiveHash Hash{}; ///< Set by readArchive() and writeArchive().
 
   BinaryLayout ManifestLayout; ///< Set by readArchive().
@@ -116,10 +123,19 @@ struct ReadOptions {
   uint64_t MaxImageSize = uint64_t(1) << 30; ///< Largest decompressed image.
 };
 
+/// BLAKE3 over a canonical encoding of one member's triple, CPU, features,
+/// kind, role, symbols and uncompressed image: the member's identity.
+MemberDigest memberDigest(const Member &M);
+
 /// Computes the content hash: BLAKE3 over a canonical encoding of the name,
-/// the deps and every member's triple, CPU, features, kind, role, symbols and
-/// uncompressed image, in order. Compression and layout do not change it.
+/// the deps and the sorted digests of every member, present or omitted.
+/// Compression, layout and which members a copy carries do not change it.
 ArchiveHash computeHash(const Archive &A);
+
+/// A copy of \p A that carries only the members \p Keep accepts; the others
+/// are listed in Archive::Omitted, so the copy has \p A's hash.
+Archive thinArchive(const Archive &A,
+                    llvm::function_ref<bool(const Member &)> Keep);
 
 /// Checks the fields a writer would put in the archive (name, deps, triples,
 /// symbols, no duplicate members). \p A is not changed.
@@ -152,6 +168,15 @@ llvm::Expected<const Member *>
 selectMember(const Archive &A, llvm::StringRef HostTriple,
              llvm::StringRef HostCPU = "", Role R = Role::Target,
              std::optional<ImageKind> Kind = std::nullopt);
+
+/// The copy of \p A a sender ships to a host of \p HostTriple and
+/// \p HostCPU: only the target member selectMember() picks for it (with
+/// \p Kind), every other member omitted by digest (thinArchive), so the
+/// copy has \p A's hash. Fails as selectMember() does.
+llvm::Expected<Archive>
+archiveForHost(const Archive &A, llvm::StringRef HostTriple,
+               llvm::StringRef HostCPU,
+               std::optional<ImageKind> Kind = std::nullopt);
 
 /// True when code built for CPU \p MemberCPU (empty: generic) runs on
 /// \p HostCPU, for targets of \p TripleName: the same CPU, or, on x86 and

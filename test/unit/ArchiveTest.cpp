@@ -129,7 +129,78 @@ TEST(ArchiveHash, GoldenValuePinsTheDefinition) {
   A.Members = {makeMember("x86_64-unknown-linux-gnu", "")};
   A.Members[0].Symbols = {"printf"};
   EXPECT_EQ(toHex(computeHash(A)),
-            "ad7189ac59b0ea7ebbc8df42561b480dbf6a80554d94003c6027a09e78152b38");
+            "92b03afc94b7c264287a300e95a8ba6bdfd07cac7777dfd0737914c5aeece04c");
+}
+
+TEST(ArchiveHash, AThinCopyKeepsTheHashAndRoundTrips) {
+  Archive A;
+  A.Name = "thin";
+  A.Deps = {"libm.so.6"};
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], ""),
+               makeMember(Triples[0], "", ImageKind::Bitcode, Role::Source)};
+  auto Full = writeArchive(A);
+  ASSERT_TRUE(bool(Full)) << toString(Full.takeError());
+  Archive T = thinArchive(
+      A, [&](const Member &M) { return M.Triple == Triples[1]; });
+  ASSERT_EQ(T.Members.size(), 1u);
+  ASSERT_EQ(T.Omitted.size(), 2u);
+  EXPECT_EQ(computeHash(T), A.Hash);
+  EXPECT_TRUE(std::is_sorted(T.Omitted.begin(), T.Omitted.end()));
+  for (const Member &M : A.Members)
+    EXPECT_EQ(llvm::is_contained(T.Omitted, memberDigest(M)),
+              M.Triple != Triples[1] || M.TheRole == Role::Source);
+  auto Bytes = writeArchive(T);
+  ASSERT_TRUE(bool(Bytes)) << toString(Bytes.takeError());
+  EXPECT_LT(Bytes->size(), Full->size());
+  auto Back = readArchive(llvm::MemoryBufferRef(*Bytes, "thin"));
+  ASSERT_TRUE(bool(Back)) << toString(Back.takeError());
+  EXPECT_EQ(Back->Hash, A.Hash);
+  EXPECT_EQ(Back->Omitted, T.Omitted);
+  // Thinning a thin copy again keeps what it omitted.
+  Archive TT = thinArchive(*Back, [](const Member &) { return true; });
+  EXPECT_EQ(computeHash(TT), A.Hash);
+}
+
+TEST(ArchiveHash, AThinCopyWithAWrongMemberOrDigestDoesNotVerify) {
+  Archive A;
+  A.Name = "thin";
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], "")};
+  ASSERT_TRUE(bool(writeArchive(A)));
+  Archive T = thinArchive(
+      A, [&](const Member &M) { return M.Triple == Triples[1]; });
+  // A different member under the right digests: the hash no longer matches.
+  Archive Swapped = T;
+  Swapped.Members[0].Image += "!";
+  EXPECT_NE(computeHash(Swapped), A.Hash);
+  // The right member with a forged list of the others: no match either.
+  Archive Forged = T;
+  Forged.Omitted[0][0] ^= 1;
+  EXPECT_NE(computeHash(Forged), A.Hash);
+  // Dropping an omitted digest changes the hash: a copy cannot hide a member.
+  Archive Hidden = T;
+  Hidden.Omitted.clear();
+  EXPECT_NE(computeHash(Hidden), A.Hash);
+}
+
+TEST(ArchiveHash, ForHostShipsTheMemberItRuns) {
+  Archive A;
+  A.Name = "pick";
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], ""),
+               makeMember(Triples[1], "", ImageKind::Object)};
+  ASSERT_TRUE(bool(writeArchive(A)));
+  auto T = archiveForHost(A, Triples[1], "");
+  ASSERT_TRUE(bool(T)) << toString(T.takeError());
+  ASSERT_EQ(T->Members.size(), 1u);
+  EXPECT_EQ(T->Members[0].Triple, Triples[1]);
+  EXPECT_EQ(T->Members[0].Kind, ImageKind::Bitcode);
+  EXPECT_EQ(computeHash(*T), A.Hash);
+  auto O = archiveForHost(A, Triples[1], "", ImageKind::Object);
+  ASSERT_TRUE(bool(O)) << toString(O.takeError());
+  EXPECT_EQ(O->Members[0].Kind, ImageKind::Object);
+  auto None = archiveForHost(A, "riscv64-unknown-linux-gnu", "");
+  ASSERT_FALSE(bool(None));
+  EXPECT_NE(toString(None.takeError()).find("no member for riscv64"),
+            std::string::npos);
 }
 
 TEST(ArchiveHash, EveryFieldChangesTheHashButCompressionDoesNot) {
