@@ -354,7 +354,7 @@ tc_status_t tc_ep_connect(tc_worker_h W, const char *Host, uint16_t Port,
                           tc_ep_h *Out) {
   if (!W || !Host || !Out)
     return fail(TC_ERR_INVALID_PARAM, "tc_ep_connect: NULL argument");
-  return newEp(W, W->RT->transport().connect(Host, Port), Out);
+  return newEp(W, W->RT->connect(Host, Port), Out);
 }
 
 tc_status_t tc_ep_connect_address(tc_worker_h W, const void *Addr, size_t Len,
@@ -362,7 +362,7 @@ tc_status_t tc_ep_connect_address(tc_worker_h W, const void *Addr, size_t Len,
   if (!W || !Addr || !Out)
     return fail(TC_ERR_INVALID_PARAM, "tc_ep_connect_address: NULL argument");
   return newEp(W,
-               W->RT->transport().connectAddress(
+               W->RT->connectAddress(
                    llvm::StringRef(static_cast<const char *>(Addr), Len)),
                Out);
 }

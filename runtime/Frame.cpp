@@ -12,6 +12,8 @@ namespace tc {
 
 /// Longest error text a target sends back; longer ones are cut.
 constexpr size_t MaxErrorMessage = 4096;
+/// Longest Hello body (capability record).
+constexpr size_t MaxHello = 4096;
 
 StringRef wireStatusName(WireStatus S) {
   switch (S) {
@@ -68,8 +70,10 @@ size_t encodeFrameHeader(const Frame &F, char *P) {
                        ? F.Payload.size()
                    : F.Type == FrameType::Error      ? F.Message.size()
                    : F.Type == FrameType::RegionRead ? F.Length
-                   : F.Type == FrameType::RegionData ? F.Data.size()
-                                                     : 0;
+                   : F.Type == FrameType::RegionData ||
+                           F.Type == FrameType::Hello
+                       ? F.Data.size()
+                       : 0;
   endian::write64le(P + 16, First);
   if (!Code)
     return FrameHeaderSize;
@@ -87,7 +91,7 @@ std::string encodeFrame(const Frame &F) {
     Out += F.Archive;
   if (F.Type == FrameType::Error)
     Out += F.Message;
-  if (F.Type == FrameType::RegionData)
+  if (F.Type == FrameType::RegionData || F.Type == FrameType::Hello)
     Out += F.Data;
   return Out;
 }
@@ -109,7 +113,7 @@ Expected<size_t> frameHeaderSize(StringRef B) {
                                      uint8_t(B[2]), FrameVersion)
                                  .str());
   uint8_t Type = uint8_t(B[3]);
-  if (Type < uint8_t(FrameType::Invoke) || Type > uint8_t(FrameType::LocalInvoke))
+  if (Type < uint8_t(FrameType::Invoke) || Type > uint8_t(FrameType::Hello))
     return malformed(formatv("unknown frame type {0}", Type));
   bool Code = Type == uint8_t(FrameType::Code) ||
               (Type == uint8_t(FrameType::Invoke) &&
@@ -167,6 +171,13 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     if (Word != 0)
       return malformed("local invoke with non-zero flags");
     break;
+  case FrameType::Hello:
+    if (Word != 0 || F.Seq != 0 || F.CodeId != 0)
+      return malformed("hello with non-zero seq, code id or flags");
+    if (First > MaxHello)
+      return malformed(formatv("hello of {0} bytes (limit {1})", First,
+                               MaxHello));
+    break;
   default:
     if (Word != 0 || First != 0)
       return malformed(formatv("{0} frame with non-zero fields",
@@ -183,7 +194,7 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     F.Payload = Body.take_front(First);
   else if (F.Type == FrameType::Error)
     F.Message = Body.take_front(First);
-  else if (F.Type == FrameType::RegionData)
+  else if (F.Type == FrameType::RegionData || F.Type == FrameType::Hello)
     F.Data = Body.take_front(First);
   F.Archive = Body.drop_front(First);
   return F;
@@ -197,6 +208,162 @@ Expected<Frame> decodeFrame(StringRef Bytes) {
     return malformed(formatv("{0} bytes, header needs {1}", Bytes.size(),
                              *HSize));
   return decodeFrame(Bytes.take_front(*HSize), Bytes.drop_front(*HSize));
+}
+
+//===----------------------------------------------------------------------===//
+// Capabilities (the Hello body)
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Record keys of the capability record. Never renumbered.
+enum CapKey : uint8_t {
+  CapWire = 1,         ///< 2 bytes: lowest, highest wire version spoken
+  CapTcVersion = 2,    ///< text
+  CapLlvmVersion = 3,  ///< text
+  CapTriple = 4,       ///< text, required
+  CapCPU = 5,          ///< text
+  CapFeatures = 6,     ///< text
+  CapKinds = 7,        ///< 1 byte: bit 0 runs bitcode, bit 1 runs objects
+  CapDictionaries = 8, ///< text: dictionary ids joined by '\n'
+};
+constexpr uint8_t CapRecordVersion = 1;
+} // namespace
+
+static void putRecord(std::string &Out, CapKey K, StringRef V) {
+  char Head[3];
+  Head[0] = char(K);
+  endian::write16le(Head + 1, uint16_t(V.size()));
+  Out.append(Head, 3);
+  Out += V;
+}
+
+std::string encodeCapabilities(const Capabilities &C) {
+  std::string Out(1, char(CapRecordVersion));
+  char Wire[2] = {char(C.WireMin), char(C.WireMax)};
+  putRecord(Out, CapWire, StringRef(Wire, 2));
+  putRecord(Out, CapTcVersion, C.TcVersion);
+  putRecord(Out, CapLlvmVersion, C.LlvmVersion);
+  putRecord(Out, CapTriple, C.Triple);
+  if (!C.CPU.empty())
+    putRecord(Out, CapCPU, C.CPU);
+  if (!C.Features.empty())
+    putRecord(Out, CapFeatures, C.Features);
+  char Kinds = char((C.RunsBitcode ? 1 : 0) | (C.RunsObjects ? 2 : 0));
+  putRecord(Out, CapKinds, StringRef(&Kinds, 1));
+  if (!C.Dictionaries.empty()) {
+    std::string Ids;
+    for (const std::string &D : C.Dictionaries)
+      Ids += (Ids.empty() ? "" : "\n") + D;
+    putRecord(Out, CapDictionaries, Ids);
+  }
+  return Out;
+}
+
+static Error badHello(const Twine &Msg) {
+  return createStringError("malformed hello: " + Msg);
+}
+
+/// Printable ASCII without spaces or newlines: what every text record holds
+/// (a dictionary list also has its newline separators).
+static bool isPlainText(StringRef S, bool AllowNewline = false) {
+  return llvm::all_of(S, [&](char Ch) {
+    return (Ch > ' ' && Ch < 127) || (AllowNewline && Ch == '\n');
+  });
+}
+
+Expected<Capabilities> decodeCapabilities(StringRef B) {
+  if (B.empty())
+    return badHello("empty capability record");
+  if (uint8_t(B[0]) != CapRecordVersion)
+    return badHello(formatv("capability record version {0} (this runtime "
+                            "reads {1})",
+                            uint8_t(B[0]), CapRecordVersion));
+  Capabilities C;
+  C.RunsBitcode = C.RunsObjects = false;
+  unsigned Last = 0; // keys ascend strictly: one encoding, no duplicates
+  bool HaveWire = false, HaveTriple = false, HaveKinds = false;
+  for (size_t Off = 1; Off < B.size();) {
+    if (B.size() - Off < 3)
+      return badHello(formatv("record header at byte {0} is cut short", Off));
+    uint8_t Key = uint8_t(B[Off]);
+    uint16_t Len = endian::read16le(B.data() + Off + 1);
+    Off += 3;
+    if (Len > B.size() - Off)
+      return badHello(formatv("record {0} of {1} bytes runs past the end",
+                              Key, Len));
+    StringRef V = B.substr(Off, Len);
+    Off += Len;
+    if (Key <= Last)
+      return badHello(formatv("record {0} after record {1} (keys ascend, "
+                              "once each)",
+                              Key, Last));
+    Last = Key;
+    switch (Key) {
+    case CapWire:
+      if (Len != 2 || V[0] == 0 || uint8_t(V[0]) > uint8_t(V[1]))
+        return badHello("wire versions are not 2 bytes low <= high");
+      C.WireMin = uint8_t(V[0]);
+      C.WireMax = uint8_t(V[1]);
+      HaveWire = true;
+      break;
+    case CapKinds:
+      if (Len != 1 || (uint8_t(V[0]) & ~3u) || V[0] == 0)
+        return badHello("kinds is not one byte of bits 0-1, at least one set");
+      C.RunsBitcode = V[0] & 1;
+      C.RunsObjects = V[0] & 2;
+      HaveKinds = true;
+      break;
+    case CapDictionaries: {
+      if (!isPlainText(V, /*AllowNewline=*/true) || V.empty())
+        return badHello("dictionary list is not printable text");
+      SmallVector<StringRef, 4> Ids;
+      V.split(Ids, '\n');
+      for (StringRef Id : Ids) {
+        if (Id.empty())
+          return badHello("empty dictionary id");
+        C.Dictionaries.push_back(Id.str());
+      }
+      break;
+    }
+    case CapTcVersion:
+    case CapLlvmVersion:
+    case CapTriple:
+    case CapCPU:
+    case CapFeatures: {
+      if (!isPlainText(V))
+        return badHello(formatv("record {0} is not printable text", Key));
+      std::string *Field = Key == CapTcVersion     ? &C.TcVersion
+                           : Key == CapLlvmVersion ? &C.LlvmVersion
+                           : Key == CapTriple      ? &C.Triple
+                           : Key == CapCPU         ? &C.CPU
+                                                   : &C.Features;
+      *Field = V.str();
+      if (Key == CapTriple)
+        HaveTriple = !V.empty();
+      break;
+    }
+    default:
+      break; // A newer peer's key: skipped.
+    }
+  }
+  if (!HaveWire || !HaveTriple || !HaveKinds)
+    return badHello("wire versions, triple and kinds are required");
+  return C;
+}
+
+std::string describeCapabilities(const Capabilities &C) {
+  std::string S = C.Triple;
+  if (!C.CPU.empty())
+    S += " cpu=" + C.CPU;
+  S += formatv(" (tc {0}, LLVM {1}, wire {2}-{3}", C.TcVersion.empty() ? "?" : C.TcVersion,
+               C.LlvmVersion.empty() ? "?" : C.LlvmVersion, unsigned(C.WireMin),
+               unsigned(C.WireMax))
+           .str();
+  if (!C.RunsBitcode)
+    S += ", objects only";
+  if (!C.RunsObjects)
+    S += ", bitcode only";
+  return S + ")";
 }
 
 uint32_t localFunctionId(StringRef Name) {

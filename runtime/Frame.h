@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tc {
 
@@ -37,6 +38,8 @@ enum class FrameType : uint8_t {
   RegionData = 8,  ///< target -> sender: the bytes read.
   LocalInvoke = 9, ///< sender -> target: run a function already linked
                    ///< into the target (the active-message baseline).
+  Hello = 10,      ///< either way, once per connection: what this process
+                   ///< is and runs (Capabilities), the body.
 };
 
 /// Flags of an Invoke frame.
@@ -74,7 +77,7 @@ struct Frame {
   WireStatus Status = WireStatus::MalformedFrame; ///< Error.
   llvm::StringRef Message;                        ///< Error.
   uint64_t Length = 0;  ///< RegionRead: bytes wanted.
-  llvm::StringRef Data; ///< RegionData.
+  llvm::StringRef Data; ///< RegionData; Hello: the capability record.
 };
 
 /// Size of the fixed header of each type; the variable part follows.
@@ -153,6 +156,33 @@ llvm::Expected<Frame> decodeFrame(llvm::StringRef Bytes);
 llvm::Expected<size_t> frameHeaderSize(llvm::StringRef Bytes);
 
 llvm::StringRef wireStatusName(WireStatus S);
+
+/// The wire versions this runtime speaks (frame header byte 2). A Hello
+/// frame always carries header version 1, so any tc reads any peer's Hello.
+constexpr uint8_t WireVersionMin = 1, WireVersionMax = FrameVersion;
+
+/// What one process tells its peer in a Hello frame (docs/wire-format.md,
+/// "Hello"): enough for a sender to pick the one member the peer will run.
+struct Capabilities {
+  uint8_t WireMin = WireVersionMin, WireMax = WireVersionMax;
+  std::string TcVersion;   ///< e.g. "0.1.0"
+  std::string LlvmVersion; ///< e.g. "22.1.8"
+  std::string Triple;      ///< the JIT's target triple
+  std::string CPU;         ///< the CPU member selection uses
+  std::string Features;    ///< the JIT's target features, +a,-b
+  bool RunsBitcode = true, RunsObjects = true;
+  /// Compression dictionaries this process can decode, by id.
+  std::vector<std::string> Dictionaries;
+};
+
+/// Encodes \p C as a Hello body.
+std::string encodeCapabilities(const Capabilities &C);
+/// Decodes a Hello body from untrusted bytes. Records of unknown keys are
+/// skipped (a newer peer may add keys); everything else is checked.
+llvm::Expected<Capabilities> decodeCapabilities(llvm::StringRef Body);
+/// A one-line summary: "aarch64-unknown-linux-gnu cpu=cortex-a72 (tc 0.1.0,
+/// LLVM 22.1.8, wire 1-1)".
+std::string describeCapabilities(const Capabilities &C);
 
 /// The id a LocalInvoke frame uses for the function registered as \p Name:
 /// 32-bit FNV-1a of the name, so sender and target agree without talking.

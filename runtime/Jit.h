@@ -120,6 +120,8 @@ public:
   size_t size() const;
   const std::string &triple() const { return Triple; }
   const std::string &cpu() const { return CPU; }
+  /// The target features code is generated with (+a,-b,...).
+  const std::string &features() const { return HostFeatures; }
 
 private:
   JitEngine() = default;

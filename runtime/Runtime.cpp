@@ -9,6 +9,8 @@
 
 #include "Runtime.h"
 
+#include "tc/Version.h"
+
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -30,6 +32,13 @@ Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
                  std::shared_ptr<JitEngine> Jit)
     : T(std::move(T)), Opts(std::move(Opts)), Jit(std::move(Jit)) {
   this->T->setHandler(this);
+  Self.TcVersion = TC_VERSION_STRING;
+  Self.LlvmVersion = LLVM_VERSION_STRING;
+  Self.Triple = this->Jit->triple();
+  Self.CPU = this->Jit->cpu();
+  Self.Features = this->Jit->features();
+  Self.RunsBitcode = this->Opts.Mode != LoadMode::Object;
+  Self.RunsObjects = this->Opts.Mode != LoadMode::Bitcode;
 }
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
@@ -50,6 +59,148 @@ Runtime::~Runtime() {
 void Runtime::event(const Twine &Msg) {
   if (EventCB)
     EventCB(Msg.str());
+}
+
+//===----------------------------------------------------------------------===//
+// Connections and the Hello exchange
+//===----------------------------------------------------------------------===//
+
+Expected<ConnId> Runtime::connect(StringRef Host, uint16_t Port) {
+  return started(T->connect(Host, Port), /*Hold=*/true);
+}
+
+Expected<ConnId> Runtime::connectAddress(StringRef Address) {
+  // UCX matches the endpoints two workers create to each other's addresses
+  // into one pair, so the peer's answer may arrive on a connection id other
+  // than the one we asked on: do not wait for it here. Code shipped before
+  // a Hello arrives on this connection carries every target member.
+  return started(T->connectAddress(Address), /*Hold=*/false);
+}
+
+Expected<ConnId> Runtime::started(Expected<ConnId> C, bool Hold) {
+  if (!C)
+    return C.takeError();
+  Conn &S = conn(*C);
+  S.Blocked = S.AwaitingHello = Hold;
+  sendHello(*C, S);
+  return C;
+}
+
+const Capabilities *Runtime::peer(ConnId C) const {
+  auto It = Conns.find(C);
+  return It != Conns.end() && It->second.Peer ? &*It->second.Peer : nullptr;
+}
+
+void Runtime::sendHello(ConnId C, Conn &S) {
+  S.HelloSent = true;
+  std::string Body = encodeCapabilities(Self);
+  Frame F;
+  F.Type = FrameType::Hello;
+  F.Data = Body;
+  sendFrame(C, F, Body, nullptr);
+}
+
+template <typename DoneFn, typename ResendFn>
+void Runtime::holdOrFail(Conn &S, DoneFn Done, ResendFn Resend) {
+  auto Shared = std::make_shared<DoneFn>(std::move(Done));
+  Held H{[Shared, Resend = std::move(Resend)]() mutable {
+           Resend(std::move(*Shared));
+         },
+         [Shared](Error E) {
+           if (*Shared)
+             (*Shared)(std::move(E));
+           else
+             consumeError(std::move(E));
+         }};
+  if (S.AwaitingHello)
+    S.Outbox.push_back(std::move(H));
+  else
+    H.Fail(createStringError(S.Failure));
+}
+
+void Runtime::releaseOutbox(ConnId C) {
+  // Each held send runs as if it were made now: it takes its sequence
+  // number and code id, and ships the member the peer runs.
+  for (;;) {
+    auto It = Conns.find(C);
+    if (It == Conns.end() || It->second.Outbox.empty())
+      return;
+    Held Next = std::move(It->second.Outbox.front());
+    It->second.Outbox.pop_front();
+    if (It->second.Failure.empty())
+      Next.Run();
+    else
+      Next.Fail(createStringError(It->second.Failure));
+  }
+}
+
+void Runtime::onHello(ConnId C, const Frame &F) {
+  Conn &S = conn(C);
+  Expected<Capabilities> Caps = decodeCapabilities(F.Data);
+  if (!Caps) {
+    sendError(C, F, WireStatus::MalformedFrame, toString(Caps.takeError()));
+    return;
+  }
+  bool Overlap = Caps->WireMin <= WireVersionMax &&
+                 WireVersionMin <= Caps->WireMax;
+  if (!Overlap) {
+    std::string Msg =
+        formatv("the peer speaks tc wire versions {0}-{1} (tc {2}), this "
+                "process {3}-{4} (tc {5}): no version in common",
+                unsigned(Caps->WireMin), unsigned(Caps->WireMax),
+                Caps->TcVersion, unsigned(WireVersionMin),
+                unsigned(WireVersionMax), TC_VERSION_STRING)
+            .str();
+    if (!S.HelloSent) // Tell the connecting side why nothing will run.
+      sendError(C, F, WireStatus::UnsupportedVersion, Msg);
+    else
+      event(formatv("connection {0}: {1}", C, Msg));
+    S.Failure = Msg;
+    S.Blocked = true;
+    S.AwaitingHello = false;
+    releaseOutbox(C);
+    return;
+  }
+  event(formatv("connection {0}: peer {1}", C, describeCapabilities(*Caps)));
+  S.Peer = std::move(*Caps);
+  if (!S.HelloSent)
+    sendHello(C, S);
+  if (S.AwaitingHello) {
+    S.Blocked = S.AwaitingHello = false;
+    releaseOutbox(C);
+  }
+}
+
+StringRef Runtime::shippedBytes(const Ifunc &F, const Conn &S) {
+  if (!S.Peer || Opts.ShipAllMembers)
+    return F.Bytes;
+  std::optional<ImageKind> Kind;
+  if (!S.Peer->RunsBitcode)
+    Kind = ImageKind::Object;
+  else if (!S.Peer->RunsObjects)
+    Kind = ImageKind::Bitcode;
+  Expected<const Member *> Pick = selectMember(
+      F.Parsed, S.Peer->Triple, S.Peer->CPU, Role::Target, Kind);
+  if (!Pick) {
+    // Nothing for this peer: ship every target member, so the target
+    // itself says what it lacks (Error NoMember) as it always has.
+    consumeError(Pick.takeError());
+    return F.Bytes;
+  }
+  auto [It, New] = ShippedFor.try_emplace(
+      std::make_pair(F.Hash, memberDigest(**Pick)));
+  if (New) {
+    Archive Thin =
+        thinArchive(F.Parsed, [&](const Member &M) { return &M == *Pick; });
+    Expected<SmallString<0>> Out = writeArchive(Thin);
+    if (!Out) { // Cannot happen: it was read from a valid archive.
+      consumeError(Out.takeError());
+      ShippedFor.erase(It);
+      return F.Bytes;
+    }
+    It->second = Out->str().str();
+  }
+  return It->second;
 }
 
 //===----------------------------------------------------------------------===//
@@ -188,6 +339,11 @@ void Runtime::sendSmall(ConnId C, const SmallInvoke &I, StringRef Payload,
 void Runtime::send(ConnId C, const Message &M,
                    unique_function<void(Error)> Done) {
   Conn &S = conn(C);
+  if (LLVM_UNLIKELY(S.Blocked))
+    return holdOrFail(S, std::move(Done),
+                      [this, C, M](unique_function<void(Error)> D) {
+                        send(C, M, std::move(D));
+                      });
   // The code id of this identity here; the last ifunc sent is remembered,
   // so a run of one ifunc's messages skips the lookup.
   bool Sent = true;
@@ -212,9 +368,9 @@ void Runtime::send(ConnId C, const Message &M,
   F.Payload = M.Payload;
   F.Flags = FrameHasCode;
   F.Hash = M.Code->Hash;
-  F.Archive = M.Code->Bytes;
+  F.Archive = shippedBytes(*M.Code, S);
   BodyBuf.assign(M.Payload);
-  BodyBuf += M.Code->Bytes;
+  BodyBuf += F.Archive;
   sendFrame(C, F, BodyBuf, std::move(Done));
 }
 
@@ -235,6 +391,11 @@ static bool finishWaiter(std::map<uint32_t, Fn> &Waiters, uint32_t Seq,
 
 void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   Conn &S = conn(C);
+  if (S.Blocked)
+    return holdOrFail(S, std::move(Done),
+                      [this, C](unique_function<void(Error)> D) {
+                        fence(C, std::move(D));
+                      });
   Frame F;
   F.Type = FrameType::Fence;
   F.Seq = S.NextSeq++;
@@ -250,6 +411,12 @@ void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
 void Runtime::readRegion(ConnId C, uint64_t Length,
                          unique_function<void(Expected<std::string>)> Done) {
   Conn &S = conn(C);
+  if (S.Blocked)
+    return holdOrFail(
+        S, std::move(Done),
+        [this, C, Length](unique_function<void(Expected<std::string>)> D) {
+          readRegion(C, Length, std::move(D));
+        });
   Frame F;
   F.Type = FrameType::RegionRead;
   F.Seq = S.NextSeq++;
@@ -365,6 +532,10 @@ Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
     Why = WireStatus::BadArchive;
     return A.takeError();
   }
+  if (Claimed)
+    event(formatv("code {0} {1}: {2} bytes, {3} member(s), {4} omitted",
+                  A->Name, toHex(A->Hash).substr(0, 16), Bytes.size(),
+                  A->Members.size(), A->Omitted.size()));
   if (Claimed && A->Hash != *Claimed) {
     Why = WireStatus::HashMismatch;
     return createStringError("archive hashes to %s, frame says %s",
@@ -472,6 +643,12 @@ Error Runtime::registerLocal(StringRef Name, IfuncMainFn Fn) {
 void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
                         unique_function<void(Error)> Done) {
   Conn &S = conn(C);
+  if (LLVM_UNLIKELY(S.Blocked))
+    return holdOrFail(S, std::move(Done),
+                      [this, C, Name = Name.str(), Payload = Payload.str()](
+                          unique_function<void(Error)> D) {
+                        sendLocal(C, Name, Payload, std::move(D));
+                      });
   sendSmall(C,
             SmallInvoke{FrameType::LocalInvoke, S.NextSeq++,
                         localFunctionId(Name)},
@@ -662,12 +839,26 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {
     R.Seq = F.Seq;
     R.CodeId = F.CodeId;
     R.Hash = It->second->Hash;
-    R.Archive = It->second->Bytes;
-    sendFrame(C, R, It->second->Bytes, nullptr);
+    R.Archive = shippedBytes(*It->second, S);
+    sendFrame(C, R, R.Archive, nullptr);
     return;
   }
   case FrameType::Error: {
     ++Counters.ErrorsReceived;
+    if (F.Seq == 0 && S.AwaitingHello) {
+      // About our Hello. A tc that predates Hello calls it malformed:
+      // send as to such a peer (every target member). A peer with no wire
+      // version in common says so: every send here fails with its words.
+      if (F.Status == WireStatus::UnsupportedVersion)
+        S.Failure = "target: " + F.Message.str();
+      else
+        S.Blocked = false;
+      S.AwaitingHello = false;
+      event(formatv("connection {0}: the peer refused our hello: {1}", C,
+                    F.Message));
+      releaseOutbox(C);
+      return;
+    }
     if (F.Status == WireStatus::CodeUnavailable && S.Requested.count(F.CodeId)) {
       // We asked a sender for code it does not have: drop what waits on it.
       auto &Q = S.Queue;
@@ -700,6 +891,9 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {
   case FrameType::RegionData:
     finishWaiter(S.Reads, F.Seq, F.Data.str());
     return;
+  case FrameType::Hello:
+    onHello(C, F);
+    return;
   case FrameType::FenceDone:
     finishWaiter(S.Fences, F.Seq, Error::success());
     return;
@@ -718,8 +912,11 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
   if (It != Conns.end()) {
     auto Fences = std::move(It->second.Fences);
     auto Reads = std::move(It->second.Reads);
+    auto Outbox = std::move(It->second.Outbox);
     Conns.erase(It);
     LastConn = nullptr;
+    for (Held &H : Outbox)
+      H.Fail(createStringError("connection closed: " + Why));
     for (auto &KV : Fences)
       if (KV.second)
         KV.second(createStringError("connection closed: " + Why));

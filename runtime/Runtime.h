@@ -38,6 +38,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -103,6 +104,9 @@ struct RuntimeOptions {
   /// and identity: the "uncached" mode benchmarks measure (the target still
   /// finds the identity loaded by its hash; only the bytes travel).
   bool AlwaysShipCode = false;
+  /// Ship every target member, not only the one the peer runs (what
+  /// senders did before the Hello exchange; for comparisons).
+  bool ShipAllMembers = false;
 };
 
 /// An error a target sent back about one of our messages.
@@ -123,6 +127,23 @@ public:
 
   Transport &transport() { return *T; }
   JitEngine &jit() { return *Jit; }
+
+  //--- Connections -----------------------------------------------------===//
+
+  /// Connects to a listener and says Hello: frames sent on the connection
+  /// are held until the peer's Hello answers, so the first code shipped is
+  /// only the member the peer runs (docs/wire-format.md, "Hello"). A peer
+  /// whose wire versions do not overlap ours fails every send with one
+  /// error that names both.
+  llvm::Expected<ConnId> connect(llvm::StringRef Host, uint16_t Port);
+  /// Connects to a transport address (Transport::address()) and says
+  /// Hello, without holding sends (the answer may come on another id).
+  llvm::Expected<ConnId> connectAddress(llvm::StringRef Address);
+  /// What this process tells its peers.
+  const Capabilities &capabilities() const { return Self; }
+  /// What the peer on \p C said in its Hello, or null (not yet, or a peer
+  /// that did not say Hello).
+  const Capabilities *peer(ConnId C) const;
 
   //--- Source side ----------------------------------------------------===//
 
@@ -256,8 +277,22 @@ private:
     IfuncMainFn Fn = nullptr;
     ArgsSlot Args;
   };
+  /// A send made before the peer's Hello: Run makes it, Fail reports
+  /// that it never will be made.
+  struct Held {
+    llvm::unique_function<void()> Run;
+    llvm::unique_function<void(llvm::Error)> Fail;
+  };
   /// What one side knows about one connection.
   struct Conn {
+    // The Hello exchange.
+    bool HelloSent = false;
+    /// Sends wait for the peer's Hello (AwaitingHello) or fail (Failure).
+    bool Blocked = false;
+    bool AwaitingHello = false;
+    std::string Failure; ///< Why every send on this connection fails.
+    std::deque<Held> Outbox; ///< sends held until the peer's Hello
+    std::optional<Capabilities> Peer;
     // As a sender.
     std::map<ArchiveHash, uint32_t> SentCode; ///< identity -> code id
     std::map<uint32_t, std::shared_ptr<const Ifunc>> ById;
@@ -289,6 +324,19 @@ private:
   }
   void sendFrame(ConnId C, const Frame &F, llvm::StringRef Body,
                  llvm::unique_function<void(llvm::Error)> &&Done);
+  llvm::Expected<ConnId> started(llvm::Expected<ConnId> C, bool Hold);
+  void sendHello(ConnId C, Conn &S);
+  void onHello(ConnId C, const Frame &F);
+  /// Runs the sends held on \p C until the peer's Hello, in order (or
+  /// fails each with the connection's failure).
+  void releaseOutbox(ConnId C);
+  /// A send on a blocked connection: held (Resend(Done) makes it once the
+  /// peer's Hello is here), or failed through \p Done at once.
+  template <typename DoneFn, typename ResendFn>
+  void holdOrFail(Conn &S, DoneFn Done, ResendFn Resend);
+  /// The archive bytes to ship \p F to the peer of \p S: the one member
+  /// it runs when it said Hello, else every target member.
+  llvm::StringRef shippedBytes(const Ifunc &F, const Conn &S);
   void sendError(ConnId C, const Frame &About, WireStatus S,
                  llvm::StringRef Msg);
   void event(const llvm::Twine &Msg);
@@ -331,6 +379,9 @@ private:
   std::unique_ptr<Transport> T;
   RuntimeOptions Opts;
   std::shared_ptr<JitEngine> Jit;
+  Capabilities Self;
+  /// Thin copies shipped to peers, by identity and the member chosen.
+  std::map<std::pair<ArchiveHash, MemberDigest>, std::string> ShippedFor;
   std::map<std::string, std::shared_ptr<const Ifunc>> Registered;
   std::map<ArchiveHash, std::weak_ptr<SourceCode>> SourceCodes;
   std::unordered_map<ConnId, Conn> Conns; ///< Nodes: references stay valid.

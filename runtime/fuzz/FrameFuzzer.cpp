@@ -4,6 +4,7 @@
 // the format has one encoding per frame, so a parser that accepts anything
 // else is accepting bytes it does not understand. And the receive fast
 // path (decodeSmallInvoke) never accepts what the general decoder rejects.
+// A Hello frame's capability record decodes to what it re-encodes to.
 // The same bytes read as a batch body (Batch.h) must split into records
 // that rebuild it exactly, or stop at a defect.
 //
@@ -46,5 +47,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   }
   if (tc::encodeFrame(*F) != Bytes)
     __builtin_trap();
+  // A Hello's capability record: what it accepts reads back the same
+  // after one re-encoding (unknown keys are dropped by the first).
+  if (F->Type == tc::FrameType::Hello) {
+    llvm::Expected<tc::Capabilities> C = tc::decodeCapabilities(F->Data);
+    if (!C) {
+      llvm::consumeError(C.takeError());
+      return 0;
+    }
+    std::string Once = tc::encodeCapabilities(*C);
+    llvm::Expected<tc::Capabilities> D = tc::decodeCapabilities(Once);
+    if (!D || tc::encodeCapabilities(*D) != Once)
+      __builtin_trap();
+  }
   return 0;
 }

@@ -129,7 +129,7 @@ int main(int argc, char **argv) {
       return toolError(Tool, "'" + RawFrame + "': " + B.getError().message());
     Raw = (*B)->getBuffer().str();
   }
-  auto Conn = R.transport().connect(HP->first, HP->second);
+  auto Conn = R.connect(HP->first, HP->second);
   if (!Conn)
     return toolError(Tool, toString(Conn.takeError()));
 

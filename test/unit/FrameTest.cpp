@@ -283,3 +283,77 @@ TEST(Batch, DefectsStopTheWalkWithAnError) {
 }
 
 } // namespace
+
+TEST(Hello, CapabilitiesRoundTripAndUnknownKeysAreSkipped) {
+  Capabilities C;
+  C.TcVersion = "0.1.0";
+  C.LlvmVersion = "22.1.8";
+  C.Triple = "aarch64-unknown-linux-gnu";
+  C.CPU = "neoverse-n1";
+  C.Features = "+neon,-sve";
+  C.RunsObjects = false;
+  C.Dictionaries = {"171b79263ac969a0", "00ff"};
+  std::string B = encodeCapabilities(C);
+  auto D = decodeCapabilities(B);
+  ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
+  EXPECT_EQ(encodeCapabilities(*D), B);
+  EXPECT_EQ(describeCapabilities(*D),
+            "aarch64-unknown-linux-gnu cpu=neoverse-n1 (tc 0.1.0, LLVM "
+            "22.1.8, wire 1-1, bitcode only)");
+  // A newer peer's key 200 is skipped; the rest still reads.
+  std::string Newer = B + std::string("\xc8\x02\x00xy", 5);
+  auto N = decodeCapabilities(Newer);
+  ASSERT_TRUE(!!N) << llvm::toString(N.takeError());
+  EXPECT_EQ(N->Triple, C.Triple);
+  // As a frame: header version 1, seq and code id 0, body = the record.
+  Frame F;
+  F.Type = FrameType::Hello;
+  F.Data = B;
+  std::string Bytes = encodeFrame(F);
+  auto G = decodeFrame(Bytes);
+  ASSERT_TRUE(!!G) << llvm::toString(G.takeError());
+  EXPECT_EQ(G->Type, FrameType::Hello);
+  EXPECT_EQ(G->Data, B);
+}
+
+TEST(Hello, MalformedCapabilityRecordsAreRefused) {
+  Capabilities C;
+  C.Triple = "x86_64-unknown-linux-gnu";
+  std::string B = encodeCapabilities(C);
+  auto Refused = [](llvm::StringRef Bytes, llvm::StringRef Want) {
+    auto D = decodeCapabilities(Bytes);
+    if (D)
+      return testing::AssertionFailure() << "accepted";
+    std::string Msg = llvm::toString(D.takeError());
+    if (Msg.find(Want.str()) == std::string::npos)
+      return testing::AssertionFailure() << Msg;
+    return testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(Refused("", "empty capability record"));
+  EXPECT_TRUE(Refused(std::string("\x02", 1) + B.substr(1),
+                      "capability record version 2"));
+  for (size_t Cut = 2; Cut < B.size(); ++Cut)
+    EXPECT_TRUE(Refused(B.substr(0, Cut), "malformed hello")) << Cut;
+  // The wire record again after the others: keys must ascend.
+  EXPECT_TRUE(Refused(B + std::string("\x01\x02\x00\x01\x01", 5),
+                      "keys ascend"));
+  // No triple.
+  std::string NoTriple(1, '\x01');
+  NoTriple += std::string("\x01\x02\x00\x01\x01\x07\x01\x00\x01", 9);
+  EXPECT_TRUE(Refused(NoTriple, "triple"));
+  // Wire versions low > high.
+  std::string Bad = B;
+  Bad[4] = 2;
+  Bad[5] = 1;
+  EXPECT_TRUE(Refused(Bad, "wire versions"));
+  // A Hello frame with a sequence number is malformed.
+  Frame F;
+  F.Type = FrameType::Hello;
+  F.Data = B;
+  std::string Bytes = encodeFrame(F);
+  Bytes[4] = 1;
+  auto G = decodeFrame(Bytes);
+  ASSERT_FALSE(!!G);
+  EXPECT_NE(llvm::toString(G.takeError()).find("hello with non-zero seq"),
+            std::string::npos);
+}

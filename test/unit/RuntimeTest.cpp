@@ -9,6 +9,8 @@
 #include "IfuncIR.h"
 #include "Runtime.h"
 
+#include "tc/Version.h"
+
 #include "gtest/gtest.h"
 
 #include <cstring>
@@ -26,8 +28,9 @@ struct Pair {
   uint64_t Counter = 0;
   std::vector<RemoteError> Errors;
 
-  explicit Pair(RuntimeOptions TargetOpts = {}) {
-    auto S = Runtime::create(createLoopbackTransport(Hub));
+  explicit Pair(RuntimeOptions TargetOpts = {}, bool SayHello = true,
+                RuntimeOptions SourceOpts = {}) {
+    auto S = Runtime::create(createLoopbackTransport(Hub), SourceOpts);
     auto T = Runtime::create(createLoopbackTransport(Hub), TargetOpts);
     EXPECT_TRUE(S && T);
     Source = std::move(*S);
@@ -35,7 +38,8 @@ struct Pair {
     Target->setTargetArgs(&Counter);
     auto Port = Target->transport().listen("target", 1);
     EXPECT_TRUE(!!Port);
-    auto C = Source->transport().connect("target", 1);
+    auto C = SayHello ? Source->connect("target", 1)
+                      : Source->transport().connect("target", 1);
     EXPECT_TRUE(!!C);
     Conn = *C;
     Source->onRemoteError([this](const RemoteError &E) { Errors.push_back(E); });
@@ -103,6 +107,210 @@ TEST(Runtime, ShippedArchiveHasNoSourceMember) {
   for (const Member &M : A->Members)
     EXPECT_EQ(M.TheRole, Role::Target);
   EXPECT_EQ(A->Hash, F->Hash);
+}
+
+/// The adder archive with a second target member for another triple.
+static std::string twoTripleArchive() {
+  Archive A;
+  A.Name = "add";
+  A.Members.push_back(hostMember(adderIR("add")));
+  Member Other = A.Members.back();
+  Other.Triple = llvm::Triple(Other.Triple).isAArch64()
+                     ? "x86_64-unknown-linux-gnu"
+                     : "aarch64-unknown-linux-gnu";
+  A.Members.push_back(Other);
+  A.Members.push_back(hostMember(copyingSourceIR("add"), Role::Source));
+  auto Bytes = writeArchive(A);
+  EXPECT_TRUE(!!Bytes);
+  return Bytes ? Bytes->str().str() : std::string();
+}
+
+TEST(Runtime, HelloLetsTheSenderShipOnlyTheMemberTheTargetRuns) {
+  for (bool All : {false, true}) {
+    RuntimeOptions SourceOpts;
+    SourceOpts.ShipAllMembers = All;
+    Pair P({}, /*SayHello=*/true, SourceOpts);
+    std::vector<std::string> Events;
+    P.Target->onEvent([&](llvm::StringRef E) { Events.push_back(E.str()); });
+    auto F = P.reg(twoTripleArchive());
+    ASSERT_TRUE(F);
+    // Sent before the target's Hello is here: held, then shipped thin.
+    P.send(F, 2);
+    P.send(F, 3);
+    ASSERT_TRUE(P.fence());
+    EXPECT_EQ(P.Counter, 5u);
+    EXPECT_TRUE(P.Errors.empty());
+    const Capabilities *Peer = P.Source->peer(P.Conn);
+    ASSERT_TRUE(Peer);
+    EXPECT_EQ(Peer->Triple, P.Target->capabilities().Triple);
+    EXPECT_EQ(Peer->CPU, P.Target->capabilities().CPU);
+    std::string Code;
+    for (const std::string &E : Events)
+      if (llvm::StringRef(E).starts_with("code add "))
+        Code = E;
+    EXPECT_NE(Code.find(All ? "2 member(s), 1 omitted"
+                            : "1 member(s), 2 omitted"),
+              std::string::npos)
+        << Code;
+  }
+}
+
+TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(F, 1);
+  ASSERT_TRUE(P.fence());
+  // A newer peer on a second connection says Hello with wire 2-2.
+  auto C2 = P.Source->transport().connect("target", 1);
+  ASSERT_TRUE(!!C2);
+  Capabilities Newer = P.Source->capabilities();
+  Newer.WireMin = Newer.WireMax = 2;
+  Newer.TcVersion = "9.0.0";
+  std::string Body = encodeCapabilities(Newer);
+  Frame H;
+  H.Type = FrameType::Hello;
+  H.Data = Body;
+  std::string Header;
+  encodeFrameHeader(H, Header);
+  P.Source->transport().send(*C2, Header, Body, nullptr);
+  ASSERT_TRUE(P.runUntil([&] { return !P.Errors.empty(); }));
+  EXPECT_EQ(P.Errors[0].Status, WireStatus::UnsupportedVersion);
+  EXPECT_EQ(P.Errors[0].Message,
+            "the peer speaks tc wire versions 2-2 (tc 9.0.0), this process "
+            "1-1 (tc " TC_VERSION_STRING "): no version in common");
+  // The first connection is served as before.
+  P.send(F, 1);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 2u);
+}
+
+TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
+  // The target side is played by hand: it answers our Hello with wire 3-3.
+  auto Hub = createLoopbackHub();
+  auto S = Runtime::create(createLoopbackTransport(Hub));
+  ASSERT_TRUE(!!S);
+  auto Raw = createLoopbackTransport(Hub);
+  struct Answer : TransportHandler {
+    Transport *T = nullptr;
+    void onFrame(ConnId C, llvm::StringRef Header,
+                 llvm::StringRef Body) override {
+      auto F = decodeFrame(Header, Body);
+      if (!F || F->Type != FrameType::Hello) {
+        llvm::consumeError(F.takeError());
+        return;
+      }
+      Capabilities Caps = *decodeCapabilities(F->Data);
+      Caps.WireMin = Caps.WireMax = 3;
+      Caps.TcVersion = "7.0.0";
+      std::string B = encodeCapabilities(Caps);
+      Frame H;
+      H.Type = FrameType::Hello;
+      H.Data = B;
+      std::string Hd;
+      encodeFrameHeader(H, Hd);
+      T->send(C, Hd, B, nullptr);
+    }
+    void onDisconnect(ConnId, llvm::StringRef) override {}
+  } A;
+  A.T = Raw.get();
+  Raw->setHandler(&A);
+  ASSERT_TRUE(!!Raw->listen("old", 1));
+  auto C = (*S)->connect("old", 1);
+  ASSERT_TRUE(!!C);
+  auto F = (*S)->registerArchive(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(!!F);
+  uint64_t Arg = 1;
+  auto M = (*S)->createMessage(*F, &Arg, sizeof Arg);
+  ASSERT_TRUE(!!M);
+  std::vector<std::string> Failures;
+  auto Record = [&](llvm::Error E) {
+    Failures.push_back(E ? llvm::toString(std::move(E)) : "ok");
+  };
+  (*S)->send(*C, *M, Record);
+  (*S)->fence(*C, Record);
+  for (int I = 0; I < 1000 && Failures.size() < 2; ++I) {
+    (*S)->progress();
+    Raw->progress();
+  }
+  ASSERT_EQ(Failures.size(), 2u);
+  std::string Want = "the peer speaks tc wire versions 3-3 (tc 7.0.0), this "
+                     "process 1-1 (tc " TC_VERSION_STRING
+                     "): no version in common";
+  EXPECT_EQ(Failures[0], Want);
+  EXPECT_EQ(Failures[1], Want);
+  // Later sends fail at once, with the same words.
+  (*S)->send(*C, *M, Record);
+  ASSERT_EQ(Failures.size(), 3u);
+  EXPECT_EQ(Failures[2], Want);
+}
+
+TEST(Runtime, APeerThatPredatesHelloGetsEveryTargetMember) {
+  // A target that does not know Hello frames answers an Error about seq 0
+  // (MalformedFrame); the held sends then go out as they always did.
+  auto Hub = createLoopbackHub();
+  auto S = Runtime::create(createLoopbackTransport(Hub));
+  ASSERT_TRUE(!!S);
+  auto Raw = createLoopbackTransport(Hub);
+  struct Old : TransportHandler {
+    Transport *T = nullptr;
+    std::vector<std::string> Got; ///< archives of Invoke frames
+    void onFrame(ConnId C, llvm::StringRef Header,
+                 llvm::StringRef Body) override {
+      if (Header.size() >= 4 && uint8_t(Header[3]) == 10) {
+        Frame E;
+        E.Type = FrameType::Error;
+        E.Status = WireStatus::MalformedFrame;
+        E.Message = "malformed frame: unknown frame type 10";
+        std::string Hd;
+        encodeFrameHeader(E, Hd);
+        T->send(C, Hd, E.Message, nullptr);
+        return;
+      }
+      auto F = decodeFrame(Header, Body);
+      if (F && F->Type == FrameType::Invoke)
+        Got.push_back(F->Archive.str());
+      else if (!F)
+        llvm::consumeError(F.takeError());
+    }
+    void onDisconnect(ConnId, llvm::StringRef) override {}
+  } A;
+  A.T = Raw.get();
+  Raw->setHandler(&A);
+  ASSERT_TRUE(!!Raw->listen("old", 1));
+  auto C = (*S)->connect("old", 1);
+  ASSERT_TRUE(!!C);
+  auto F = (*S)->registerArchive(twoTripleArchive());
+  ASSERT_TRUE(!!F);
+  uint64_t Arg = 1;
+  auto M = (*S)->createMessage(*F, &Arg, sizeof Arg);
+  ASSERT_TRUE(!!M);
+  (*S)->send(*C, *M);
+  for (int I = 0; I < 1000 && A.Got.empty(); ++I) {
+    (*S)->progress();
+    Raw->progress();
+  }
+  ASSERT_EQ(A.Got.size(), 1u);
+  auto Shipped = readArchive(llvm::MemoryBufferRef(A.Got[0], "shipped"));
+  ASSERT_TRUE(!!Shipped) << llvm::toString(Shipped.takeError());
+  EXPECT_EQ(Shipped->Members.size(), 2u);
+  EXPECT_EQ((*S)->peer(*C), nullptr);
+}
+
+TEST(Runtime, WithoutHelloTheSenderShipsEveryTargetMember) {
+  // A connection made on the transport directly says no Hello: nothing is
+  // held and the sender cannot choose for the target.
+  Pair P({}, /*SayHello=*/false);
+  auto F = P.reg(twoTripleArchive());
+  std::vector<std::string> Events;
+  P.Target->onEvent([&](llvm::StringRef E) { Events.push_back(E.str()); });
+  P.send(F, 4);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 4u);
+  EXPECT_EQ(P.Source->peer(P.Conn), nullptr);
+  bool Whole = false;
+  for (const std::string &E : Events)
+    Whole |= E.find("2 member(s), 1 omitted") != std::string::npos;
+  EXPECT_TRUE(Whole);
 }
 
 TEST(Runtime, EvictedCodeIsRequestedAgainAndNoMessageIsLost) {
