@@ -107,7 +107,12 @@ setup_sysroot() {
 }
 
 setup_host
+# One assembler at a time (several checkouts share the cache).
+mkdir -p "$cache" || die "cannot create $cache (set TC_AARCH64_CACHE)"
+exec 9>"$cache/.lock"
+flock 9
 setup_sysroot
+flock -u 9
 
 # tc-cc stays a host tool: the archives are the same for every target, so the
 # cross build builds no ifunc archive (TC_RUNTIME_ONLY) and tests use the
