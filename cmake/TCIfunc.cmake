@@ -8,7 +8,9 @@
 # shared libraries the target must load (e.g. libm.so.6). The archive's path
 # is in the target property TC_ARCHIVE.
 #
-# Needs TC_CC_EXECUTABLE (set by find_package(TC) or by tc's own build).
+# TC_IFUNC_FLAGS, when set, are tc-cc flags for every call in its scope
+# (before FLAGS). Needs TC_CC_EXECUTABLE (set by find_package(TC) or by tc's
+# own build).
 function(tc_add_ifunc name)
   cmake_parse_arguments(ARG "" "OUTPUT_DIR" "SOURCES;TARGETS;DEPS;FLAGS" ${ARGN})
   if(NOT ARG_SOURCES)
@@ -41,7 +43,7 @@ function(tc_add_ifunc name)
   add_custom_command(
     OUTPUT "${out}"
     COMMAND "${CMAKE_COMMAND}" -E make_directory "${ARG_OUTPUT_DIR}"
-    COMMAND ${TC_CC_EXECUTABLE} ${args} ${ARG_FLAGS} -MD -MF "${depfile}"
+    COMMAND ${TC_CC_EXECUTABLE} ${args} ${TC_IFUNC_FLAGS} ${ARG_FLAGS} -MD -MF "${depfile}"
             -MT "${out}" ${srcs} -o "${out}"
     DEPENDS ${srcs} ${depends_on} ${TC_CC_EXECUTABLE}
     DEPFILE "${depfile}"

@@ -14,6 +14,7 @@
 #include "tc/Passes.h"
 #include "tc/Version.h"
 
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Bitcode/BitcodeWriter.h"
 #include "llvm/IR/LLVMContext.h"
 #include "llvm/IR/LegacyPassManager.h"
@@ -272,7 +273,8 @@ Error Pipeline::run() {
   A.Name = O.Name;
   A.Deps = O.Deps;
   std::string Host = Triple::normalize(sys::getProcessTriple());
-  bool HaveSource = false;
+  bool HaveSource = false; ///< A source member this host can run.
+  StringSet<> SourceTriples;
   auto AddSource = [&](Module &M, StringRef Triple) -> Error {
     if (Error E = prepareSourceModule(M, IO))
       return E;
@@ -281,7 +283,8 @@ Error Pipeline::run() {
     Src.TheRole = Role::Source;
     Src.Image = bitcodeOf(M);
     A.Members.push_back(std::move(Src));
-    HaveSource = true;
+    SourceTriples.insert(Triple);
+    HaveSource |= triplesCompatible(Triple, Host);
     return Error::success();
   };
 
@@ -293,8 +296,12 @@ Error Pipeline::run() {
       continue;
     if (Error E = checkIfuncABI(**M, IO))
       return E;
-    // The first target this host can run also gives the source member.
-    if (!HaveSource && !O.EmitLLVM && triplesCompatible(T.Triple, Host)) {
+    // The first target this host can run also gives the source member;
+    // with --all-sources, the first target of every triple gives one.
+    bool WantSource = O.AllSources ? !SourceTriples.contains(T.Triple)
+                                   : !HaveSource &&
+                                         triplesCompatible(T.Triple, Host);
+    if (WantSource && !O.EmitLLVM) {
       std::unique_ptr<Module> Src = CloneModule(**M);
       if (Error E = AddSource(*Src, T.Triple))
         return E;

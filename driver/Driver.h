@@ -45,6 +45,7 @@ struct DriverOptions {
   std::vector<std::string> Deps;      ///< From --deps and -l.
   bool KeepDebugInfo = false;         ///< -g
   bool EmitObjects = false;           ///< --emit-objects
+  bool AllSources = false;            ///< --all-sources
   Compression Compress = Compression::None;
   // Single-triple output for inspection: -emit-llvm with -S or -c.
   bool EmitLLVM = false;

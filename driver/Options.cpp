@@ -38,6 +38,9 @@ OPTIONS:
   --deps FILE             Shared libraries the target must load, one per line
   -lNAME                  Add libNAME's shared object (its soname) to the deps
   --emit-objects          Also pack a native relocatable object per triple
+  --all-sources           Pack a source member for every target triple, not
+                          only this host's, so processes of every ISA can
+                          send the ifunc (targets that forward it: DAPC)
   --compress=none|zstd    Compress members
   -emit-llvm -S | -c      Write one target's prepared module (.ll or .bc)
   -MD | -MMD              Write a make depfile for the output (-MMD: without
@@ -170,6 +173,8 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
       O.Deps.push_back(*Lib);
     } else if (A == "--emit-objects") {
       O.EmitObjects = true;
+    } else if (A == "--all-sources") {
+      O.AllSources = true;
     } else if (IsOpt("--compress")) {
       if (Error E = Take("--compress", V))
         return std::move(E);

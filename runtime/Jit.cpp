@@ -35,6 +35,10 @@
 
 #include <chrono>
 
+#if defined(__linux__) && defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 using namespace llvm;
 using namespace llvm::orc;
 
@@ -49,6 +53,38 @@ static Error loadError(LoadFailure K, Error E) {
 }
 
 static std::once_flag InitTargets;
+
+/// On AArch64 Linux, LLVM names the host CPU and its features from
+/// /proc/cpuinfo. Where that file does not describe this CPU (a process
+/// under qemu-user reads the x86 host's), LLVM reports "generic" with FP and
+/// Advanced SIMD switched *off*, features every AArch64 Linux system has.
+/// Then the CPU comes from MIDR_EL1, which Linux lets user space read
+/// (HWCAP_CPUID; the kernel, or qemu, emulates the access), named by LLVM's
+/// own table, and the bogus feature list is dropped so the CPU's defaults
+/// apply. Elsewhere this changes nothing.
+static void fixHostCpuFromMidr(JITTargetMachineBuilder &JTMB) {
+#if defined(__linux__) && defined(__aarch64__) && defined(HWCAP_CPUID)
+  if (JTMB.getCPU() != "generic")
+    return;
+  for (const std::string &F : JTMB.getFeatures().getFeatures())
+    if (F == "+neon" || F == "+fp-armv8")
+      return;
+  JTMB.getFeatures() = SubtargetFeatures();
+  if (!(getauxval(AT_HWCAP) & HWCAP_CPUID))
+    return;
+  uint64_t Midr;
+  asm volatile("mrs %0, midr_el1" : "=r"(Midr));
+  // The two lines of /proc/cpuinfo LLVM's parser reads.
+  std::string Info = formatv("CPU implementer\t: {0:x2}\nCPU part\t: {1:x3}\n",
+                             (Midr >> 24) & 0xff, (Midr >> 4) & 0xfff)
+                         .str();
+  StringRef Name = sys::detail::getHostCPUNameForARM(Info);
+  if (!Name.empty())
+    JTMB.setCPU(Name.str());
+#else
+  (void)JTMB;
+#endif
+}
 
 namespace {
 /// Compiles modules to objects with one codegen pipeline, built once.
@@ -115,6 +151,7 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
     return JTMB.takeError();
   if (!Opts.Triple.empty())
     JTMB->getTargetTriple() = llvm::Triple(Opts.Triple);
+  fixHostCpuFromMidr(*JTMB);
   if (!Opts.CPU.empty())
     JTMB->setCPU(Opts.CPU);
   JTMB->setCodeGenOptLevel(CodeGenOptLevel::Default);
@@ -370,6 +407,8 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
   L.Hash = A.Hash;
   L.Name = A.Name;
   L.Kind = M.Kind;
+  L.MemberTriple = M.Triple;
+  L.MemberCPU = M.CPU;
   auto Lookup = [&](const std::string &Sym) -> Expected<ExecutorAddr> {
     Expected<ExecutorAddr> Addr = J->lookup(JD, Sym);
     if (!Addr)

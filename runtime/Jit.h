@@ -79,6 +79,7 @@ struct LoadedIfunc {
   IfuncBoundFn Bound = nullptr; ///< Role::Source.
   IfuncInitFn Init = nullptr;   ///< Role::Source.
   ImageKind Kind = ImageKind::Bitcode;
+  std::string MemberTriple, MemberCPU; ///< The member chosen (CPU: "" generic).
   double LoadMillis = 0;   ///< Parse + compile/link + lookup, wall clock.
   bool FromDiskCache = false; ///< The object came from JitOptions::CacheDir.
 };

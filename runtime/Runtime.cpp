@@ -568,10 +568,12 @@ Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
   ++Counters.Compiles;
   Counters.CompileMillis += L->LoadMillis;
   Counters.DiskCacheHits += L->FromDiskCache;
-  event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4})", A->Name,
-                toHex(A->Hash).substr(0, 16), L->LoadMillis,
+  event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4}), member {5} {6}",
+                A->Name, toHex(A->Hash).substr(0, 16), L->LoadMillis,
                 imageKindName(L->Kind),
-                L->FromDiskCache ? ", from the disk cache" : ""));
+                L->FromDiskCache ? ", from the disk cache" : "",
+                L->MemberTriple,
+                L->MemberCPU.empty() ? "generic" : L->MemberCPU));
   TargetArchives[A->Hash] = Bytes.str();
   touch(A->Hash);
   if (Opts.MaxLoaded && LRU.size() > Opts.MaxLoaded)

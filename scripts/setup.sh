@@ -17,6 +17,9 @@ PACKAGES=(
   python3-matplotlib
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
+  # aarch64 cross build and its tests under qemu (scripts/build-aarch64.sh,
+  # which also assembles the arm64 sysroot from Debian's arm64 packages)
+  lld-22 qemu-user
 )
 
 missing=()

@@ -196,8 +196,11 @@ int main(int argc, char **argv) {
   Runtime &R = **RT;
   if (Error E = R.registerLocal("increment", tcServeIncrement))
     return toolError(Tool, toString(std::move(E)));
-  if (Verbose)
+  if (Verbose) {
     R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
+    outs() << "tc-serve: running " << R.jit().triple() << " code for cpu "
+           << R.jit().cpu() << "\n";
+  }
   if (!IfuncPath.empty())
     if (Error E = preloadIfuncs(R, IfuncPath))
       return toolError(Tool, toString(std::move(E)));

@@ -82,3 +82,27 @@ def _netns_works():
 
 if _netns_works():
     config.available_features.add("root-netns")
+
+# --- Heterogeneous targets: the aarch64 cross build under qemu-aarch64 ---
+# (scripts/build-aarch64.sh, scripts/run-aarch64.sh). %run_aarch64 PROGRAM
+# runs build-aarch64/bin/PROGRAM emulated; QEMU_CPU picks the CPU model.
+# Without the cross build the tests in aarch64/ are unsupported, but under
+# CI (CI=true) aarch64/available.test fails instead of skipping.
+import shutil
+config.substitutions.append(("%run_aarch64", '"%s"' % os.path.join(
+    config.tc_src_root, "scripts", "run-aarch64.sh")))
+config.substitutions.append(("%tc_aarch64", config.tc_aarch64_dir))
+# %aarch64-tc-serve etc.: one program of the cross build, emulated (a bare
+# tool name after %run_aarch64 would become the host's tool).
+for tool in ["tc-serve", "tc-send", "tc-ar", "tc-bench", "tc-unittests"]:
+    config.substitutions.append(("%%aarch64-%s" % tool, '"%s" "%s"' % (
+        os.path.join(config.tc_src_root, "scripts", "run-aarch64.sh"),
+        os.path.join(config.tc_aarch64_dir, "bin", tool))))
+config.environment["TC_AARCH64_BUILD"] = config.tc_aarch64_dir
+if (os.path.exists(os.path.join(config.tc_aarch64_dir, "sysroot.path"))
+        and os.access(os.path.join(config.tc_aarch64_dir, "bin", "tc-serve"),
+                      os.X_OK)
+        and shutil.which("qemu-aarch64")):
+    config.available_features.add("aarch64-qemu")
+if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+    config.available_features.add("ci")
