@@ -56,6 +56,7 @@ static constexpr StringLiteral KeyRole = "tc.role";
 static constexpr StringLiteral KeySymbols = "tc.symbols";
 static constexpr StringLiteral KeyCompression = "tc.compression";
 static constexpr StringLiteral KeySize = "tc.size";
+static constexpr StringLiteral KeyDict = "tc.dict";
 
 StringRef imageKindName(ImageKind K) {
   return K == ImageKind::Bitcode ? "bitcode" : "object";
@@ -64,7 +65,15 @@ StringRef imageKindName(ImageKind K) {
 StringRef roleName(Role R) { return R == Role::Target ? "target" : "source"; }
 
 StringRef compressionName(Compression C) {
-  return C == Compression::None ? "none" : "zstd";
+  switch (C) {
+  case Compression::None:
+    return "none";
+  case Compression::Zstd:
+    return "zstd";
+  case Compression::ZstdDict:
+    return "zstd-dict";
+  }
+  llvm_unreachable("unknown compression");
 }
 
 Expected<Role> parseRole(StringRef S) {
@@ -81,7 +90,10 @@ Expected<Compression> parseCompression(StringRef S) {
     return Compression::None;
   if (S == "zstd")
     return Compression::Zstd;
-  return createStringError("unknown compression '%s' (expected none or zstd)",
+  if (S == "zstd-dict")
+    return Compression::ZstdDict;
+  return createStringError("unknown compression '%s' (expected none, zstd or "
+                           "zstd-dict)",
                            S.str().c_str());
 }
 
@@ -341,6 +353,7 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
     std::string SizeText = std::to_string(M.Image.size());
     StringRef Stored = M.Image;
     SmallVector<uint8_t, 0> Compressed;
+    std::string DictCompressed;
     if (M.Compress == Compression::Zstd) {
       if (!compression::zstd::isAvailable())
         return createStringError("zstd compression is not available in this "
@@ -348,6 +361,12 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
       compression::zstd::compress(arrayRefFromStringRef(M.Image), Compressed,
                                   compression::zstd::BestSizeCompression);
       Stored = toStringRef(Compressed);
+    } else if (M.Compress == Compression::ZstdDict) {
+      Expected<std::string> C = compressWithDictionary(M.Image);
+      if (!C)
+        return C.takeError();
+      DictCompressed = std::move(*C);
+      Stored = DictCompressed;
     }
     MapVector<StringRef, StringRef> Strings;
     Strings[KeyTriple] = M.Triple;
@@ -360,12 +379,46 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
     if (M.Compress != Compression::None) {
       Strings[KeyCompression] = compressionName(M.Compress);
       Strings[KeySize] = SizeText;
+      if (M.Compress == Compression::ZstdDict)
+        Strings[KeyDict] = builtinDictionaryId();
     }
     Out += writeBinary(M.Kind == ImageKind::Bitcode ? object::IMG_Bitcode
                                                     : object::IMG_Object,
                        Strings, Stored);
   }
   return std::move(Out);
+}
+
+size_t withoutDictionaries(Archive &A, ArrayRef<std::string> PeerHas,
+                           Compression Fallback) {
+  assert(Fallback != Compression::ZstdDict && "fallback needs no dictionary");
+  size_t Changed = 0;
+  for (Member &M : A.Members) {
+    if (M.Compress != Compression::ZstdDict)
+      continue;
+    StringRef Id = M.DictId.empty() ? builtinDictionaryId() : M.DictId;
+    if (llvm::is_contained(PeerHas, Id))
+      continue;
+    M.Compress = Fallback;
+    M.DictId.clear();
+    ++Changed;
+  }
+  return Changed;
+}
+
+Compression cheapestCompression(StringRef Image) {
+  Expected<std::string> C = compressWithDictionary(Image);
+  if (!C) {
+    consumeError(C.takeError());
+    return Compression::None;
+  }
+  // The keys and values a zstd-dict member adds: tc.compression=zstd-dict,
+  // tc.size=N, tc.dict=ID, each NUL-terminated, and their 16-byte entries.
+  size_t Keys = 3 * 16 + sizeof("tc.compression") + sizeof("zstd-dict") +
+                sizeof("tc.size") + std::to_string(Image.size()).size() + 1 +
+                sizeof("tc.dict") + builtinDictionaryId().size() + 1;
+  return C->size() + Keys < Image.size() ? Compression::ZstdDict
+                                         : Compression::None;
 }
 
 //===----------------------------------------------------------------------===//
@@ -608,7 +661,7 @@ static Error readMember(Member &M, const BinaryLayout &L,
                                      L.Flags));
   if (Error E = checkKeys(L,
                           {KeyFeatures, KeyRole, KeySymbols, KeyCompression,
-                           KeySize},
+                           KeySize, KeyDict},
                           Where))
     return E;
   auto Triple = requireKey(L, KeyTriple, Where);
@@ -638,6 +691,10 @@ static Error readMember(Member &M, const BinaryLayout &L,
       return createStringError(Where + ": " + toString(Comp.takeError()));
     M.Compress = *Comp;
   }
+  const std::string *Dict = findKey(L, KeyDict);
+  if (M.Compress != Compression::ZstdDict && Dict)
+    return createStringError(Where + ": tc.dict without tc.compression=" +
+                             compressionName(Compression::ZstdDict));
   if (M.Compress == Compression::None) {
     if (findKey(L, KeySize))
       return createStringError(Where + ": tc.size without tc.compression");
@@ -655,6 +712,13 @@ static Error readMember(Member &M, const BinaryLayout &L,
     return createStringError(formatv(
         "{0}: uncompressed size {1} exceeds the limit of {2} bytes", Where,
         Size, Opts.MaxImageSize));
+  if (M.Compress == Compression::ZstdDict) {
+    if (!Dict)
+      return createStringError(Where + ": missing key 'tc.dict'");
+    M.DictId = *Dict;
+    return decompressWithDictionary(*Dict, StoredImage, M.Image, Size,
+                                    Where);
+  }
   if (!compression::zstd::isAvailable())
     return createStringError(Where + ": zstd is not available in this build "
                                      "of LLVM");

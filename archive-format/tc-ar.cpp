@@ -29,13 +29,16 @@ static const char *const Usage = R"(OVERVIEW: tc fat-archive tool
 USAGE: tc-ar <command> [options] <args>
 
 COMMANDS:
-  create OUT --name NAME [--deps FILE] [--compress=none|zstd]
+  create OUT --name NAME [--deps FILE]
+         [--compress=none|zstd|zstd-dict|auto]
          [--role=target|source] [--cpu=CPU] [--features=F] [--target=T]
          INPUT...
       Pack bitcode (.bc), LLVM assembly (.ll) or relocatable objects (.o)
       into OUT. Each input's triple is read from the input; --target may
       complete it (an ELF object names no OS) but not contradict it.
       --role, --cpu, --features and --target apply to the inputs after them.
+      zstd-dict compresses with the built-in dictionary (tc-ar --version
+      names it); auto does so where that makes a member smaller.
   list A
       One line per member: triple, cpu, kind, role, size.
   extract A [--target=TRIPLE] [--cpu=CPU] [--role=R] [-o OUT]
@@ -164,7 +167,7 @@ int cmdCreate(Args &A) {
   std::string Out = A.take().str();
   tc::Archive Ar;
   std::optional<std::string> DepsFile;
-  tc::Compression Compress = tc::Compression::None;
+  std::optional<tc::Compression> Compress = tc::Compression::None;
   tc::Role CurRole = tc::Role::Target;
   std::string CurCPU, CurFeatures, CurTarget;
   std::vector<std::string> Inputs;
@@ -194,7 +197,6 @@ int cmdCreate(Args &A) {
       M.TheRole = CurRole;
       M.CPU = CurCPU;
       M.Features = CurFeatures;
-      M.Compress = Compress;
       Ar.Members.push_back(std::move(M));
       Inputs.push_back(Path);
       continue;
@@ -206,10 +208,17 @@ int cmdCreate(Args &A) {
     } else if ((V = A.option("--deps"))) {
       DepsFile = V->str();
     } else if ((V = A.option("--compress"))) {
-      Expected<tc::Compression> C = tc::parseCompression(*V);
-      if (!C)
-        return report({"", toString(C.takeError())});
-      Compress = *C;
+      if (*V == "auto") {
+        Compress.reset();
+      } else {
+        Expected<tc::Compression> C = tc::parseCompression(*V);
+        if (!C) {
+          consumeError(C.takeError());
+          return report({"", "unknown compression '" + V->str() +
+                                 "' (expected auto, none, zstd or zstd-dict)"});
+        }
+        Compress = *C;
+      }
     } else if ((V = A.option("--role"))) {
       Expected<tc::Role> R = tc::parseRole(*V);
       if (!R)
@@ -229,7 +238,7 @@ int cmdCreate(Args &A) {
   }
   // Compression applies to every member, wherever the flag stood.
   for (tc::Member &M : Ar.Members)
-    M.Compress = Compress;
+    M.Compress = Compress ? *Compress : tc::cheapestCompression(M.Image);
   if (!HaveName)
     return report({"", "create: missing --name NAME"});
   if (Inputs.empty())
@@ -389,8 +398,13 @@ int cmdDump(Args &A) {
        << (M.CPU.empty() ? "generic" : M.CPU) << " features="
        << (M.Features.empty() ? "none" : M.Features) << " kind="
        << tc::imageKindName(M.Kind) << " role=" << tc::roleName(M.TheRole)
-       << " compression=" << tc::compressionName(M.Compress)
-       << " size=" << M.Image.size() << "\n";
+       << " compression=" << tc::compressionName(M.Compress);
+    if (M.Compress == tc::Compression::ZstdDict)
+      OS << " dict=" << M.DictId;
+    OS << " size=" << M.Image.size();
+    if (M.Compress != tc::Compression::None)
+      OS << " stored=" << M.Layout.ImageSize;
+    OS << "\n";
     dumpLayout(OS, M.Layout);
     OS << "  symbols: " << M.Symbols.size() << "\n";
     for (const std::string &S : M.Symbols)
@@ -429,7 +443,8 @@ int main(int argc, char **argv) {
   if (Cmd == "--version") {
     outs() << "tc-ar (tc) " << TC_VERSION_STRING << " (LLVM "
            << LLVM_VERSION_STRING << ", archive format " << tc::ArchiveVersion
-           << ")\n";
+           << ")\nzstd dictionary " << tc::builtinDictionaryId() << " ("
+           << tc::builtinDictionarySize() << " bytes)\n";
     return 0;
   }
   Args A(std::vector<StringRef>(Items.begin() + 1, Items.end()));

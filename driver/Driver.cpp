@@ -354,7 +354,7 @@ Error Pipeline::run() {
     return Error::success();
 
   for (Member &M : A.Members) {
-    M.Compress = O.Compress;
+    M.Compress = O.Compress ? *O.Compress : cheapestCompression(M.Image);
     Expected<std::vector<std::string>> Syms = externalSymbols(M.Kind, M.Image);
     if (!Syms)
       return Syms.takeError();

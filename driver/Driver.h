@@ -19,6 +19,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,9 @@ struct DriverOptions {
   std::vector<std::string> Deps;      ///< From --deps and -l.
   bool KeepDebugInfo = false;         ///< -g
   bool EmitObjects = false;           ///< --emit-objects
-  Compression Compress = Compression::None;
+  /// How members are stored; unset (--compress=auto, the default): per
+  /// member, cheapestCompression().
+  std::optional<Compression> Compress;
   // Single-triple output for inspection: -emit-llvm with -S or -c.
   bool EmitLLVM = false;
   bool EmitAssembly = false; ///< -S

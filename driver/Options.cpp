@@ -38,7 +38,9 @@ OPTIONS:
   --deps FILE             Shared libraries the target must load, one per line
   -lNAME                  Add libNAME's shared object (its soname) to the deps
   --emit-objects          Also pack a native relocatable object per triple
-  --compress=none|zstd    Compress members
+  --compress=auto|none|zstd|zstd-dict
+                          How members are stored (default auto: zstd with
+                          the built-in dictionary where that is smaller)
   -emit-llvm -S | -c      Write one target's prepared module (.ll or .bc)
   -MD | -MMD              Write a make depfile for the output (-MMD: without
                           system headers)
@@ -173,10 +175,18 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
     } else if (IsOpt("--compress")) {
       if (Error E = Take("--compress", V))
         return std::move(E);
-      Expected<Compression> C = parseCompression(V);
-      if (!C)
-        return C.takeError();
-      O.Compress = *C;
+      if (V == "auto") {
+        O.Compress.reset();
+      } else {
+        Expected<Compression> C = parseCompression(V);
+        if (!C) {
+          consumeError(C.takeError());
+          return createStringError("unknown compression '%s' (expected auto, "
+                                   "none, zstd or zstd-dict)",
+                                   V.c_str());
+        }
+        O.Compress = *C;
+      }
     } else if (A == "-emit-llvm") {
       O.EmitLLVM = true;
     } else if (A == "-S") {

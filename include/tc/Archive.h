@@ -20,6 +20,7 @@
 #ifndef TC_ARCHIVE_H
 #define TC_ARCHIVE_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -53,7 +54,8 @@ enum class Role : uint8_t {
 /// How a member's image is stored.
 enum class Compression : uint8_t {
   None,
-  Zstd, ///< zstd through llvm::compression; needs an LLVM built with zstd.
+  Zstd,     ///< zstd through llvm::compression; needs an LLVM built with zstd.
+  ZstdDict, ///< zstd (libzstd) with this build's dictionary; see below.
 };
 
 llvm::StringRef imageKindName(ImageKind K);
@@ -93,6 +95,9 @@ struct Member {
   ImageKind Kind = ImageKind::Bitcode;
   Role TheRole = Role::Target;
   Compression Compress = Compression::None; ///< How the image is stored.
+  /// With ZstdDict, the dictionary's id (tc.dict): set by readArchive();
+  /// writeArchive() writes builtinDictionaryId().
+  std::string DictId;
   /// External symbols the image needs from the process or the deps, sorted.
   std::vector<std::string> Symbols;
   std::string Image; ///< Uncompressed image bytes.
@@ -138,6 +143,65 @@ llvm::Expected<Archive> readArchive(llvm::MemoryBufferRef Buffer,
 /// Parses a deps list: one library per line; blank lines and lines starting
 /// with '#' are skipped; a last line without a newline still counts.
 llvm::Expected<std::vector<std::string>> parseDepsList(llvm::StringRef Text);
+
+//===----------------------------------------------------------------------===//
+// The zstd dictionary (docs/archive-format.md, "The dictionary")
+//===----------------------------------------------------------------------===//
+
+/// The id of the dictionary this build writes `zstd-dict` members with:
+/// 16 lowercase hex digits, the first 8 bytes of BLAKE3 over its bytes.
+llvm::StringRef builtinDictionaryId();
+
+/// The dictionary's size in bytes.
+size_t builtinDictionarySize();
+
+/// Every dictionary id this build can read (what a target announces in a
+/// capability exchange).
+std::vector<std::string> dictionaryIds();
+
+/// True when this build can read members compressed with dictionary \p Id.
+bool haveDictionary(llvm::StringRef Id);
+
+/// readArchive()'s error for a member compressed with a dictionary this build
+/// does not have. Its sender can ship the member again without it
+/// (withoutDictionaries()); anything else about the archive may still be
+/// wrong.
+class MissingDictionaryError
+    : public llvm::ErrorInfo<MissingDictionaryError> {
+public:
+  static char ID;
+  std::string Where;  ///< "member N at offset M"
+  std::string DictId; ///< The tc.dict value.
+  MissingDictionaryError(std::string Where, std::string DictId)
+      : Where(std::move(Where)), DictId(std::move(DictId)) {}
+  void log(llvm::raw_ostream &OS) const override;
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+};
+
+/// For a peer that can read only the dictionaries \p PeerHas: every member
+/// stored with another dictionary is stored as \p Fallback (None or Zstd)
+/// instead. The content hash does not change; call writeArchive() after.
+/// Returns the number of members changed.
+size_t withoutDictionaries(Archive &A, llvm::ArrayRef<std::string> PeerHas,
+                           Compression Fallback = Compression::None);
+
+/// The storage tc-cc's default (`--compress=auto`) picks for \p Image:
+/// ZstdDict when it makes the member smaller, its three extra keys counted,
+/// else None.
+Compression cheapestCompression(llvm::StringRef Image);
+
+/// Compresses \p Image with the built-in dictionary (a zstd frame).
+llvm::Expected<std::string> compressWithDictionary(llvm::StringRef Image);
+
+/// Decompresses a member stored with dictionary \p Id into exactly \p Size
+/// bytes; a MissingDictionaryError when this build lacks \p Id. \p Where
+/// names the member in messages.
+llvm::Error decompressWithDictionary(llvm::StringRef Id,
+                                     llvm::StringRef Stored,
+                                     std::string &Image, uint64_t Size,
+                                     const std::string &Where);
 
 /// Picks the member a process with \p HostTriple and \p HostCPU should run.
 /// Triples match after llvm::Triple normalization with the vendor ignored

@@ -52,8 +52,11 @@ Archive randomArchive(std::mt19937_64 &Rng) {
     std::sort(M.Symbols.begin(), M.Symbols.end());
     M.Symbols.erase(std::unique(M.Symbols.begin(), M.Symbols.end()),
                     M.Symbols.end());
-    if (llvm::compression::zstd::isAvailable() && Small(Rng) < 2)
+    int Storage = Small(Rng);
+    if (llvm::compression::zstd::isAvailable() && Storage < 2)
       M.Compress = Compression::Zstd;
+    else if (Storage == 2)
+      M.Compress = Compression::ZstdDict;
     A.Members.push_back(std::move(M));
   }
   return A;
@@ -161,6 +164,102 @@ TEST(ArchiveHash, EveryFieldChangesTheHashButCompressionDoesNot) {
   }));
   EXPECT_FALSE(Differs(
       [](Archive &C) { C.Members[0].Compress = Compression::Zstd; }));
+}
+
+TEST(ArchiveDictionary, IdIsSixteenHexDigitsAndListed) {
+  llvm::StringRef Id = builtinDictionaryId();
+  EXPECT_EQ(Id.size(), 16u);
+  EXPECT_EQ(Id.find_first_not_of("0123456789abcdef"), llvm::StringRef::npos);
+  EXPECT_GT(builtinDictionarySize(), 1000u);
+  EXPECT_EQ(dictionaryIds(), std::vector<std::string>{Id.str()});
+  EXPECT_TRUE(haveDictionary(Id));
+  EXPECT_FALSE(haveDictionary("0123456789abcdef"));
+}
+
+TEST(ArchiveDictionary, RoundTripRecordsTheIdAndKeepsTheHash) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], "")};
+  ArchiveHash Plain = computeHash(A); // In canonical order already.
+  for (Member &M : A.Members)
+    M.Compress = Compression::ZstdDict;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes) << llvm::toString(Bytes.takeError());
+  EXPECT_EQ(A.Hash, Plain);
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R) << llvm::toString(R.takeError());
+  expectSameContents(A, *R);
+  for (const Member &M : R->Members)
+    EXPECT_EQ(M.DictId, builtinDictionaryId());
+}
+
+TEST(ArchiveDictionary, UnknownIdIsATypedErrorNamingIt) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], "")};
+  A.Members[1].Compress = Compression::ZstdDict;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  std::string Damaged = Bytes->str().str();
+  size_t At = Damaged.find(builtinDictionaryId().str());
+  ASSERT_NE(At, std::string::npos);
+  Damaged.replace(At, 16, "0123456789abcdef");
+  llvm::Expected<Archive> R = read(Damaged);
+  ASSERT_FALSE(!!R);
+  bool Typed = false;
+  llvm::handleAllErrors(
+      R.takeError(),
+      [&](const MissingDictionaryError &E) {
+        Typed = true;
+        EXPECT_EQ(E.DictId, "0123456789abcdef");
+        EXPECT_EQ(E.Where, "member 1");
+      },
+      [](const llvm::ErrorInfoBase &E) { ADD_FAILURE() << E.message(); });
+  EXPECT_TRUE(Typed);
+}
+
+TEST(ArchiveDictionary, WithoutDictionariesStoresForThePeerAndKeepsTheHash) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], ""),
+               makeMember(Triples[0], "", ImageKind::Bitcode, Role::Source)};
+  A.Members[0].Compress = Compression::ZstdDict;
+  A.Members[1].Compress = Compression::ZstdDict;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R);
+  // A peer with the dictionary gets the archive as it is.
+  Archive Same = *R;
+  EXPECT_EQ(withoutDictionaries(Same, dictionaryIds()), 0u);
+  // A peer without it: plain by default, or zstd without a dictionary.
+  for (Compression Fallback : {Compression::None, Compression::Zstd}) {
+    if (Fallback == Compression::Zstd &&
+        !llvm::compression::zstd::isAvailable())
+      continue;
+    Archive Peer = *R;
+    EXPECT_EQ(withoutDictionaries(Peer, {"0123456789abcdef"}, Fallback), 2u);
+    auto Out = writeArchive(Peer);
+    ASSERT_TRUE(!!Out);
+    EXPECT_EQ(Out->str().find("tc.dict"), llvm::StringRef::npos);
+    llvm::Expected<Archive> Again = read(*Out);
+    ASSERT_TRUE(!!Again) << llvm::toString(Again.takeError());
+    EXPECT_EQ(Again->Hash, R->Hash);
+    EXPECT_EQ(Again->Members[0].Compress, Fallback);
+    EXPECT_EQ(Again->Members[2].Compress, Compression::None);
+  }
+}
+
+TEST(ArchiveDictionary, CheapestCompressionSkipsWhatDoesNotShrink) {
+  // A few incompressible bytes: the keys would cost more than zstd saves.
+  std::mt19937_64 Rng(3);
+  std::string Noise = "BC\xc0\xde";
+  for (int I = 0; I < 64; ++I)
+    Noise += char(Rng());
+  EXPECT_EQ(cheapestCompression(Noise), Compression::None);
+  // Repetitive bytes shrink.
+  EXPECT_EQ(cheapestCompression("BC\xc0\xde" + std::string(4096, 'x')),
+            Compression::ZstdDict);
 }
 
 TEST(ArchiveReader, EveryTruncationIsAnErrorNotACrash) {
