@@ -49,6 +49,7 @@ static constexpr StringLiteral KeyVersion = "tc.version";
 static constexpr StringLiteral KeyName = "tc.name";
 static constexpr StringLiteral KeyHash = "tc.hash";
 static constexpr StringLiteral KeyDeps = "tc.deps";
+static constexpr StringLiteral KeySignatures = "tc.signatures";
 static constexpr StringLiteral KeyTriple = "triple";
 static constexpr StringLiteral KeyArch = "arch";
 static constexpr StringLiteral KeyFeatures = "tc.features";
@@ -328,6 +329,53 @@ static SmallString<0> writeBinary(object::ImageKind Kind,
   return OffloadBinary::write(OI);
 }
 
+/// tc.signatures: one line per signature, "ed25519 KEY SIG" in lowercase
+/// hex (64 and 128 digits), joined by newlines.
+static std::string formatSignatures(ArrayRef<ArchiveSignature> Sigs) {
+  std::vector<std::string> Lines;
+  for (const ArchiveSignature &S : Sigs)
+    Lines.push_back("ed25519 " +
+                    toHex(ArrayRef<uint8_t>(S.Key.data(), S.Key.size()), true) +
+                    " " +
+                    toHex(ArrayRef<uint8_t>(S.Sig.data(), S.Sig.size()), true));
+  return joinLines(Lines);
+}
+
+template <size_t N>
+static bool lowerHexBytes(StringRef Hex, std::array<uint8_t, N> &Out) {
+  std::string Raw;
+  if (Hex.size() != 2 * N ||
+      Hex.find_first_not_of("0123456789abcdef") != StringRef::npos ||
+      !tryGetFromHex(Hex, Raw))
+    return false;
+  std::copy(Raw.begin(), Raw.end(), Out.begin());
+  return true;
+}
+
+static Expected<std::vector<ArchiveSignature>>
+parseSignatures(StringRef Text) {
+  std::vector<ArchiveSignature> Out;
+  SmallVector<StringRef, 4> Lines;
+  Text.split(Lines, '\n');
+  for (size_t I = 0; I < Lines.size(); ++I) {
+    SmallVector<StringRef, 3> F;
+    Lines[I].split(F, ' ');
+    ArchiveSignature S;
+    if (F.size() != 3 || F[0] != "ed25519" || !lowerHexBytes(F[1], S.Key) ||
+        !lowerHexBytes(F[2], S.Sig))
+      return createStringError(
+          "manifest: tc.signatures line %zu is not 'ed25519 <64 hex digits> "
+          "<128 hex digits>'",
+          I + 1);
+    for (const ArchiveSignature &O : Out)
+      if (O.Key == S.Key)
+        return createStringError("manifest: tc.signatures has key %s twice",
+                                 keyId(S.Key).c_str());
+    Out.push_back(S);
+  }
+  return Out;
+}
+
 Expected<SmallString<0>> writeArchive(Archive &A) {
   std::sort(A.Members.begin(), A.Members.end(),
                    [](const Member &L, const Member &R) {
@@ -346,6 +394,9 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
   Manifest[KeyName] = A.Name;
   Manifest[KeyHash] = HashHex;
   Manifest[KeyDeps] = DepsText;
+  std::string SignaturesText = formatSignatures(A.Signatures);
+  if (!A.Signatures.empty())
+    Manifest[KeySignatures] = SignaturesText;
   Out += writeBinary(object::IMG_None, Manifest, "");
 
   for (const Member &M : A.Members) {
@@ -612,7 +663,8 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
         "manifest: image kind {0}, offload kind {1}, flags {2}, image size {3}; "
         "expected all 0",
         L.ImageKind, L.OffloadKind, L.Flags, StoredImage.size()));
-  if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps}, Where))
+  if (Error E = checkKeys(
+          L, {KeyVersion, KeyName, KeyHash, KeyDeps, KeySignatures}, Where))
     return E;
   StringRef Version = *findKey(L, KeyVersion);
   if (Version != std::to_string(ArchiveVersion))
@@ -639,6 +691,12 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
                              "digits",
                              escaped(Hex).c_str());
   std::copy(Raw.begin(), Raw.end(), StoredHash.begin());
+  if (const std::string *Sigs = findKey(L, KeySignatures)) {
+    Expected<std::vector<ArchiveSignature>> S = parseSignatures(*Sigs);
+    if (!S)
+      return S.takeError();
+    A.Signatures = std::move(*S);
+  }
   return Error::success();
 }
 

@@ -361,6 +361,12 @@ Error Pipeline::run() {
     M.Symbols = std::move(*Syms);
   }
   Expected<SmallString<0>> Bytes = writeArchive(A);
+  if (Bytes && O.SignKey) {
+    // The signature covers the hash writeArchive() set: write again with it.
+    if (Error E = signArchive(A, *O.SignKey))
+      return E;
+    Bytes = writeArchive(A);
+  }
   if (!Bytes)
     return createStringError("'%s': %s", O.Output.c_str(),
                              toString(Bytes.takeError()).c_str());

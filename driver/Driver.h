@@ -49,6 +49,8 @@ struct DriverOptions {
   /// How members are stored; unset (--compress=auto, the default): per
   /// member, cheapestCompression().
   std::optional<Compression> Compress;
+  /// --sign KEY: the archive is signed with it (signArchive).
+  std::optional<SecretKey> SignKey;
   // Single-triple output for inspection: -emit-llvm with -S or -c.
   bool EmitLLVM = false;
   bool EmitAssembly = false; ///< -S

@@ -42,6 +42,7 @@ OPTIONS:
                           How members are stored (default auto: zstd with
                           the built-in dictionary where that is smaller)
   -emit-llvm -S | -c      Write one target's prepared module (.ll or .bc)
+  --sign KEY              Sign the archive with KEY (from tc-ar keygen)
   -MD | -MMD              Write a make depfile for the output (-MMD: without
                           system headers)
   -MF FILE, -MT TARGET    Its path (default: OUT with .d) and target name
@@ -90,6 +91,19 @@ static Expected<std::string> resolveLibrary(StringRef Name) {
                            "lib%s.so.N in %s)",
                            Name.str().c_str(), Name.str().c_str(),
                            join(Dirs, ", ").c_str());
+}
+
+static Error readSigningKey(StringRef Path, std::optional<SecretKey> &Key) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
+  if (!B)
+    return createStringError("'%s': %s", Path.str().c_str(),
+                             B.getError().message().c_str());
+  Expected<SecretKey> K = parseSecretKey((*B)->getBuffer());
+  if (!K)
+    return createStringError("'%s': %s", Path.str().c_str(),
+                             toString(K.takeError()).c_str());
+  Key = *K;
+  return Error::success();
 }
 
 static Error readDepsFile(StringRef Path, std::vector<std::string> &Deps) {
@@ -170,6 +184,11 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
       if (!Lib)
         return Lib.takeError();
       O.Deps.push_back(*Lib);
+    } else if (IsOpt("--sign")) {
+      if (Error E = Take("--sign", V))
+        return std::move(E);
+      if (Error E = readSigningKey(V, O.SignKey))
+        return std::move(E);
     } else if (A == "--emit-objects") {
       O.EmitObjects = true;
     } else if (IsOpt("--compress")) {

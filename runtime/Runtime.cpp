@@ -388,6 +388,14 @@ Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
     return createStringError("ifunc '%s' (%s) is not in the allowed list",
                              A->Name.c_str(), toHex(A->Hash).c_str());
   }
+  // Signed archives (tc-serve --trust): the message names why.
+  if (!Opts.TrustedKeys.empty())
+    if (Error E = checkSignatures(*A, Opts.TrustedKeys)) {
+      Why = WireStatus::PolicyRefused;
+      return createStringError("ifunc '%s' (%s): %s", A->Name.c_str(),
+                               toHex(A->Hash).c_str(),
+                               toString(std::move(E)).c_str());
+    }
   Expected<const LoadedIfunc &> L = Jit->load(*A, Opts.Mode);
   if (!L) {
     Why = WireStatus::JitFailed;

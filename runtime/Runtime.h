@@ -94,6 +94,9 @@ struct RuntimeOptions {
   size_t MaxLoaded = 0;
   /// When non-empty, only archives with these hashes are loaded.
   std::set<ArchiveHash> AllowedHashes;
+  /// When non-empty, only archives signed by one of these keys are loaded
+  /// (tc::checkSignatures); with AllowedHashes too, both must admit it.
+  std::vector<PublicKey> TrustedKeys;
   /// Default target_args for every ifunc (see setTargetArgs).
   void *TargetArgs = nullptr;
   /// A memory region connected senders may read (RegionRead frames).

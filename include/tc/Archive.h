@@ -105,12 +105,27 @@ struct Member {
   BinaryLayout Layout; ///< Set by readArchive(); ignored by writeArchive().
 };
 
+/// An Ed25519 public key (libsodium's crypto_sign, 32 bytes).
+using PublicKey = std::array<uint8_t, 32>;
+
+/// One signature of an archive: who signed (the public key) and the 64-byte
+/// Ed25519 signature over signedMessage(signedHash()). Kept in the manifest's
+/// tc.signatures key; not covered by the content hash.
+struct ArchiveSignature {
+  PublicKey Key{};
+  std::array<uint8_t, 64> Sig{};
+};
+
 /// A whole archive, in memory.
 struct Archive {
   std::string Name;              ///< The ifunc name: a C identifier.
   std::vector<std::string> Deps; ///< Shared libraries the target loads.
   std::vector<Member> Members;
   ArchiveHash Hash{}; ///< Set by readArchive() and writeArchive().
+  /// Signatures over signedHash(); written and read as they are (signArchive() adds
+  /// one, checkSignatures() judges them). A rewrite that keeps the hash
+  /// keeps them valid.
+  std::vector<ArchiveSignature> Signatures;
 
   BinaryLayout ManifestLayout; ///< Set by readArchive().
 };
@@ -202,6 +217,74 @@ llvm::Error decompressWithDictionary(llvm::StringRef Id,
                                      llvm::StringRef Stored,
                                      std::string &Image, uint64_t Size,
                                      const std::string &Where);
+
+//===----------------------------------------------------------------------===//
+// Signatures (docs/archive-format.md, "Signatures"; Ed25519 from libsodium)
+//===----------------------------------------------------------------------===//
+
+/// A signing key: the 32-byte Ed25519 seed and the public key it gives.
+/// Zeroed when destroyed.
+struct SecretKey {
+  std::array<uint8_t, 32> Seed{};
+  PublicKey Public{};
+  ~SecretKey();
+};
+
+/// A key's short name in messages: its first 8 bytes, 16 hex digits.
+std::string keyId(const PublicKey &K);
+
+/// A fresh key from libsodium's random source.
+llvm::Expected<SecretKey> generateKey();
+
+/// Key files: one line each, `tc-ed25519-secret-key HEX64` (the seed) and
+/// `tc-ed25519-public-key HEX64`.
+std::string formatSecretKey(const SecretKey &K);
+std::string formatPublicKey(const PublicKey &K);
+llvm::Expected<SecretKey> parseSecretKey(llvm::StringRef Text);
+llvm::Expected<PublicKey> parsePublicKey(llvm::StringRef Text);
+
+/// The hash a signature covers: the content hash of the archive a target
+/// receives, i.e. \p A's target members only (runtime/Runtime.cpp,
+/// shippedArchive). For an archive without source members that is A.Hash
+/// (tc.hash), which must be set (writeArchive(), readArchive()).
+ArchiveHash signedHash(const Archive &A);
+
+/// The bytes an archive signature covers: the ASCII domain string
+/// "tc-archive-signature-v1", a zero byte, then the 32-byte signedHash().
+std::string signedMessage(const ArchiveHash &H);
+
+/// Adds (or replaces, for the same key) \p K's signature over
+/// signedHash(\p A); write the archive again to keep it.
+llvm::Error signArchive(Archive &A, const SecretKey &K);
+
+/// True when \p S is a valid signature of \p H by S.Key.
+bool signatureVerifies(const ArchiveSignature &S, const ArchiveHash &H);
+
+/// Why checkSignatures() refused an archive.
+class SignatureError : public llvm::ErrorInfo<SignatureError> {
+public:
+  enum Reason { Unsigned, DoesNotVerify, UntrustedKey };
+  static char ID;
+  Reason Why;
+  std::string KeyId; ///< The key at fault (empty for Unsigned).
+  SignatureError(Reason Why, std::string KeyId)
+      : Why(Why), KeyId(std::move(KeyId)) {}
+  /// "unsigned", "signature does not verify (key ID)" or "signed by an
+  /// untrusted key ID".
+  void log(llvm::raw_ostream &OS) const override;
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+};
+
+/// Admission by signature: success when some signature of \p A by a key in
+/// \p Trusted verifies over signedHash(A). Otherwise a SignatureError: Unsigned
+/// (no signature), DoesNotVerify (a trusted key's signature is wrong: the
+/// archive was changed or the signature damaged), UntrustedKey (valid or
+/// not, every signature is by another key). With \p Trusted empty, every
+/// signature must verify instead (what `tc-ar verify` checks).
+llvm::Error checkSignatures(const Archive &A,
+                            llvm::ArrayRef<PublicKey> Trusted);
 
 /// Picks the member a process with \p HostTriple and \p HostCPU should run.
 /// Triples match after llvm::Triple normalization with the vendor ignored

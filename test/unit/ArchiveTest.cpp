@@ -166,6 +166,94 @@ TEST(ArchiveHash, EveryFieldChangesTheHashButCompressionDoesNot) {
       [](Archive &C) { C.Members[0].Compress = Compression::Zstd; }));
 }
 
+TEST(ArchiveSignature, SurvivesRewritesAndShippingButNotTampering) {
+  llvm::Expected<SecretKey> K = generateKey();
+  ASSERT_TRUE(!!K);
+  llvm::Expected<SecretKey> Other = generateKey();
+  ASSERT_TRUE(!!Other);
+  Archive A;
+  A.Name = "s";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], ""),
+               makeMember(Triples[0], "", ImageKind::Bitcode, Role::Source)};
+  ASSERT_TRUE(!!writeArchive(A));
+  ArchiveHash Unsigned = A.Hash;
+  ASSERT_FALSE(llvm::errorToBool(signArchive(A, *K)));
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  EXPECT_EQ(A.Hash, Unsigned); // Signatures are not covered by the hash.
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R) << llvm::toString(R.takeError());
+  ASSERT_EQ(R->Signatures.size(), 1u);
+  EXPECT_EQ(R->Signatures[0].Key, K->Public);
+  EXPECT_FALSE(llvm::errorToBool(checkSignatures(*R, {K->Public})));
+
+  // What a sender ships: the target members only, written again.
+  Archive Shipped = *R;
+  llvm::erase_if(Shipped.Members,
+                 [](const Member &M) { return M.TheRole == Role::Source; });
+  for (Member &M : Shipped.Members)
+    M.Compress = Compression::ZstdDict;
+  auto ShippedBytes = writeArchive(Shipped);
+  ASSERT_TRUE(!!ShippedBytes);
+  llvm::Expected<Archive> Target = read(*ShippedBytes);
+  ASSERT_TRUE(!!Target);
+  EXPECT_EQ(signedHash(*Target), signedHash(*R));
+  EXPECT_FALSE(llvm::errorToBool(checkSignatures(*Target, {K->Public})));
+
+  auto Reason = [](llvm::Error E) {
+    int Why = -1;
+    llvm::handleAllErrors(std::move(E), [&](const SignatureError &S) {
+      Why = S.Why;
+    });
+    return Why;
+  };
+  EXPECT_EQ(Reason(checkSignatures(*Target, {Other->Public})),
+            SignatureError::UntrustedKey);
+  Archive Plain = *Target;
+  Plain.Signatures.clear();
+  EXPECT_EQ(Reason(checkSignatures(Plain, {K->Public})),
+            SignatureError::Unsigned);
+  // Other code with a recomputed hash and the copied signature.
+  Archive Tampered = *Target;
+  Tampered.Members[0].Image += "!";
+  ASSERT_TRUE(!!writeArchive(Tampered));
+  EXPECT_EQ(Reason(checkSignatures(Tampered, {K->Public})),
+            SignatureError::DoesNotVerify);
+  // Both keys trusted: one good signature is enough.
+  ASSERT_FALSE(llvm::errorToBool(signArchive(*Target, *Other)));
+  EXPECT_EQ(Target->Signatures.size(), 2u);
+  EXPECT_FALSE(
+      llvm::errorToBool(checkSignatures(*Target, {Other->Public, K->Public})));
+}
+
+TEST(ArchiveSignature, KeyFilesRoundTripAndRejectOtherText) {
+  llvm::Expected<SecretKey> K = generateKey();
+  ASSERT_TRUE(!!K);
+  llvm::Expected<SecretKey> Again = parseSecretKey(formatSecretKey(*K));
+  ASSERT_TRUE(!!Again);
+  EXPECT_EQ(Again->Public, K->Public);
+  llvm::Expected<PublicKey> P = parsePublicKey(formatPublicKey(K->Public));
+  ASSERT_TRUE(!!P);
+  EXPECT_EQ(*P, K->Public);
+  EXPECT_EQ(keyId(K->Public).size(), 16u);
+  for (const char *Bad :
+       {"", "tc-ed25519-public-key", "tc-ed25519-public-key 00",
+        "tc-ed25519-secret-key 0000000000000000000000000000000000000000000000"
+        "000000000000000000"}) {
+    llvm::Expected<PublicKey> E = parsePublicKey(Bad);
+    EXPECT_FALSE(!!E) << Bad;
+    if (!E)
+      llvm::consumeError(E.takeError());
+  }
+  llvm::Expected<SecretKey> E = parseSecretKey(formatPublicKey(K->Public));
+  EXPECT_FALSE(!!E);
+  if (!E)
+    llvm::consumeError(E.takeError());
+  std::string M = signedMessage(ArchiveHash{});
+  EXPECT_EQ(M.size(), 23u + 1u + 32u);
+  EXPECT_EQ(M.substr(0, 24), std::string("tc-archive-signature-v1\0", 24));
+}
+
 TEST(ArchiveDictionary, IdIsSixteenHexDigitsAndListed) {
   llvm::StringRef Id = builtinDictionaryId();
   EXPECT_EQ(Id.size(), 16u);
