@@ -1,8 +1,11 @@
 ; The zstd dictionary's x86_64 part (docs/archive-format.md, "The dictionary"):
 ; tc-cc's prepared target module for tc_dict.c, as written by
 ;   tc-cc --name tc_dict --target=x86_64-unknown-linux-gnu -emit-llvm -S tc_dict.c
-; The build assembles it with the host's llvm-as 22 (dict/CMakeLists.txt).
+; The build assembles it with the host's llvm-as 22 (dict/Dictionary.cmake).
 ; ModuleID = 'tc_dict.c'
+; An explicit source_filename: without it llvm-as records the path of this
+; file, and the dictionary would depend on where the source tree is.
+source_filename = "tc_dict.c"
 target datalayout = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-f80:128-n8:16:32:64-S128"
 target triple = "x86_64-unknown-linux-gnu"
 
