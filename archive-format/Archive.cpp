@@ -50,6 +50,7 @@ static constexpr StringLiteral KeyName = "tc.name";
 static constexpr StringLiteral KeyHash = "tc.hash";
 static constexpr StringLiteral KeyDeps = "tc.deps";
 static constexpr StringLiteral KeyOmitted = "tc.omitted";
+static constexpr StringLiteral KeySignatures = "tc.signatures";
 static constexpr StringLiteral KeyTriple = "triple";
 static constexpr StringLiteral KeyArch = "arch";
 static constexpr StringLiteral KeyFeatures = "tc.features";
@@ -57,6 +58,7 @@ static constexpr StringLiteral KeyRole = "tc.role";
 static constexpr StringLiteral KeySymbols = "tc.symbols";
 static constexpr StringLiteral KeyCompression = "tc.compression";
 static constexpr StringLiteral KeySize = "tc.size";
+static constexpr StringLiteral KeyDict = "tc.dict";
 
 StringRef imageKindName(ImageKind K) {
   return K == ImageKind::Bitcode ? "bitcode" : "object";
@@ -65,7 +67,15 @@ StringRef imageKindName(ImageKind K) {
 StringRef roleName(Role R) { return R == Role::Target ? "target" : "source"; }
 
 StringRef compressionName(Compression C) {
-  return C == Compression::None ? "none" : "zstd";
+  switch (C) {
+  case Compression::None:
+    return "none";
+  case Compression::Zstd:
+    return "zstd";
+  case Compression::ZstdDict:
+    return "zstd-dict";
+  }
+  llvm_unreachable("unknown compression");
 }
 
 Expected<Role> parseRole(StringRef S) {
@@ -82,7 +92,10 @@ Expected<Compression> parseCompression(StringRef S) {
     return Compression::None;
   if (S == "zstd")
     return Compression::Zstd;
-  return createStringError("unknown compression '%s' (expected none or zstd)",
+  if (S == "zstd-dict")
+    return Compression::ZstdDict;
+  return createStringError("unknown compression '%s' (expected none, zstd or "
+                           "zstd-dict)",
                            S.str().c_str());
 }
 
@@ -162,6 +175,7 @@ Archive thinArchive(const Archive &A, function_ref<bool(const Member &)> Keep) {
   Out.Deps = A.Deps;
   Out.Omitted = A.Omitted;
   Out.Hash = A.Hash;
+  Out.Signatures = A.Signatures; // over the hash, which a thin copy keeps
   for (const Member &M : A.Members) {
     if (Keep(M))
       Out.Members.push_back(M);
@@ -345,6 +359,53 @@ static SmallString<0> writeBinary(object::ImageKind Kind,
   return OffloadBinary::write(OI);
 }
 
+/// tc.signatures: one line per signature, "ed25519 KEY SIG" in lowercase
+/// hex (64 and 128 digits), joined by newlines.
+static std::string formatSignatures(ArrayRef<ArchiveSignature> Sigs) {
+  std::vector<std::string> Lines;
+  for (const ArchiveSignature &S : Sigs)
+    Lines.push_back("ed25519 " +
+                    toHex(ArrayRef<uint8_t>(S.Key.data(), S.Key.size()), true) +
+                    " " +
+                    toHex(ArrayRef<uint8_t>(S.Sig.data(), S.Sig.size()), true));
+  return joinLines(Lines);
+}
+
+template <size_t N>
+static bool lowerHexBytes(StringRef Hex, std::array<uint8_t, N> &Out) {
+  std::string Raw;
+  if (Hex.size() != 2 * N ||
+      Hex.find_first_not_of("0123456789abcdef") != StringRef::npos ||
+      !tryGetFromHex(Hex, Raw))
+    return false;
+  std::copy(Raw.begin(), Raw.end(), Out.begin());
+  return true;
+}
+
+static Expected<std::vector<ArchiveSignature>>
+parseSignatures(StringRef Text) {
+  std::vector<ArchiveSignature> Out;
+  SmallVector<StringRef, 4> Lines;
+  Text.split(Lines, '\n');
+  for (size_t I = 0; I < Lines.size(); ++I) {
+    SmallVector<StringRef, 3> F;
+    Lines[I].split(F, ' ');
+    ArchiveSignature S;
+    if (F.size() != 3 || F[0] != "ed25519" || !lowerHexBytes(F[1], S.Key) ||
+        !lowerHexBytes(F[2], S.Sig))
+      return createStringError(
+          "manifest: tc.signatures line %zu is not 'ed25519 <64 hex digits> "
+          "<128 hex digits>'",
+          I + 1);
+    for (const ArchiveSignature &O : Out)
+      if (O.Key == S.Key)
+        return createStringError("manifest: tc.signatures has key %s twice",
+                                 keyId(S.Key).c_str());
+    Out.push_back(S);
+  }
+  return Out;
+}
+
 Expected<SmallString<0>> writeArchive(Archive &A) {
   std::sort(A.Members.begin(), A.Members.end(),
                    [](const Member &L, const Member &R) {
@@ -369,6 +430,9 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
   Manifest[KeyDeps] = DepsText;
   if (!A.Omitted.empty())
     Manifest[KeyOmitted] = OmittedText;
+  std::string SignaturesText = formatSignatures(A.Signatures);
+  if (!A.Signatures.empty())
+    Manifest[KeySignatures] = SignaturesText;
   Out += writeBinary(object::IMG_None, Manifest, "");
 
   for (const Member &M : A.Members) {
@@ -376,6 +440,7 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
     std::string SizeText = std::to_string(M.Image.size());
     StringRef Stored = M.Image;
     SmallVector<uint8_t, 0> Compressed;
+    std::string DictCompressed;
     if (M.Compress == Compression::Zstd) {
       if (!compression::zstd::isAvailable())
         return createStringError("zstd compression is not available in this "
@@ -383,6 +448,12 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
       compression::zstd::compress(arrayRefFromStringRef(M.Image), Compressed,
                                   compression::zstd::BestSizeCompression);
       Stored = toStringRef(Compressed);
+    } else if (M.Compress == Compression::ZstdDict) {
+      Expected<std::string> C = compressWithDictionary(M.Image);
+      if (!C)
+        return C.takeError();
+      DictCompressed = std::move(*C);
+      Stored = DictCompressed;
     }
     MapVector<StringRef, StringRef> Strings;
     Strings[KeyTriple] = M.Triple;
@@ -395,12 +466,46 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
     if (M.Compress != Compression::None) {
       Strings[KeyCompression] = compressionName(M.Compress);
       Strings[KeySize] = SizeText;
+      if (M.Compress == Compression::ZstdDict)
+        Strings[KeyDict] = builtinDictionaryId();
     }
     Out += writeBinary(M.Kind == ImageKind::Bitcode ? object::IMG_Bitcode
                                                     : object::IMG_Object,
                        Strings, Stored);
   }
   return std::move(Out);
+}
+
+size_t withoutDictionaries(Archive &A, ArrayRef<std::string> PeerHas,
+                           Compression Fallback) {
+  assert(Fallback != Compression::ZstdDict && "fallback needs no dictionary");
+  size_t Changed = 0;
+  for (Member &M : A.Members) {
+    if (M.Compress != Compression::ZstdDict)
+      continue;
+    StringRef Id = M.DictId.empty() ? builtinDictionaryId() : M.DictId;
+    if (llvm::is_contained(PeerHas, Id))
+      continue;
+    M.Compress = Fallback;
+    M.DictId.clear();
+    ++Changed;
+  }
+  return Changed;
+}
+
+Compression cheapestCompression(StringRef Image) {
+  Expected<std::string> C = compressWithDictionary(Image);
+  if (!C) {
+    consumeError(C.takeError());
+    return Compression::None;
+  }
+  // The keys and values a zstd-dict member adds: tc.compression=zstd-dict,
+  // tc.size=N, tc.dict=ID, each NUL-terminated, and their 16-byte entries.
+  size_t Keys = 3 * 16 + sizeof("tc.compression") + sizeof("zstd-dict") +
+                sizeof("tc.size") + std::to_string(Image.size()).size() + 1 +
+                sizeof("tc.dict") + builtinDictionaryId().size() + 1;
+  return C->size() + Keys < Image.size() ? Compression::ZstdDict
+                                         : Compression::None;
 }
 
 //===----------------------------------------------------------------------===//
@@ -605,7 +710,7 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
         "expected all 0",
         L.ImageKind, L.OffloadKind, L.Flags, StoredImage.size()));
   if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps,
-                              KeyOmitted},
+                              KeyOmitted, KeySignatures},
                           Where))
     return E;
   StringRef Version = *findKey(L, KeyVersion);
@@ -641,6 +746,12 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
                                  "64 lowercase hex digits",
                                  I + 1, escaped(Lines[I]).c_str());
   }
+  if (const std::string *Sigs = findKey(L, KeySignatures)) {
+    Expected<std::vector<ArchiveSignature>> S = parseSignatures(*Sigs);
+    if (!S)
+      return S.takeError();
+    A.Signatures = std::move(*S);
+  }
   return Error::success();
 }
 
@@ -663,7 +774,7 @@ static Error readMember(Member &M, const BinaryLayout &L,
                                      L.Flags));
   if (Error E = checkKeys(L,
                           {KeyFeatures, KeyRole, KeySymbols, KeyCompression,
-                           KeySize},
+                           KeySize, KeyDict},
                           Where))
     return E;
   auto Triple = requireKey(L, KeyTriple, Where);
@@ -693,6 +804,10 @@ static Error readMember(Member &M, const BinaryLayout &L,
       return createStringError(Where + ": " + toString(Comp.takeError()));
     M.Compress = *Comp;
   }
+  const std::string *Dict = findKey(L, KeyDict);
+  if (M.Compress != Compression::ZstdDict && Dict)
+    return createStringError(Where + ": tc.dict without tc.compression=" +
+                             compressionName(Compression::ZstdDict));
   if (M.Compress == Compression::None) {
     if (findKey(L, KeySize))
       return createStringError(Where + ": tc.size without tc.compression");
@@ -710,6 +825,13 @@ static Error readMember(Member &M, const BinaryLayout &L,
     return createStringError(formatv(
         "{0}: uncompressed size {1} exceeds the limit of {2} bytes", Where,
         Size, Opts.MaxImageSize));
+  if (M.Compress == Compression::ZstdDict) {
+    if (!Dict)
+      return createStringError(Where + ": missing key 'tc.dict'");
+    M.DictId = *Dict;
+    return decompressWithDictionary(*Dict, StoredImage, M.Image, Size,
+                                    Where);
+  }
   if (!compression::zstd::isAvailable())
     return createStringError(Where + ": zstd is not available in this build "
                                      "of LLVM");

@@ -29,13 +29,16 @@ static const char *const Usage = R"(OVERVIEW: tc fat-archive tool
 USAGE: tc-ar <command> [options] <args>
 
 COMMANDS:
-  create OUT --name NAME [--deps FILE] [--compress=none|zstd]
+  create OUT --name NAME [--deps FILE]
+         [--compress=none|zstd|zstd-dict|auto]
          [--role=target|source] [--cpu=CPU] [--features=F] [--target=T]
          INPUT...
       Pack bitcode (.bc), LLVM assembly (.ll) or relocatable objects (.o)
       into OUT. Each input's triple is read from the input; --target may
       complete it (an ELF object names no OS) but not contradict it.
       --role, --cpu, --features and --target apply to the inputs after them.
+      zstd-dict compresses with the built-in dictionary (tc-ar --version
+      names it); auto does so where that makes a member smaller.
   list A
       One line per member: triple, cpu, kind, role, size.
   extract A [--target=TRIPLE] [--cpu=CPU] [--role=R] [-o OUT]
@@ -46,9 +49,16 @@ COMMANDS:
       others listed by digest only (tc.omitted); the hash is unchanged.
   dump A
       Every header field and string, with offsets.
-  verify A
+  verify A [--trust KEY.pub]...
       Check structure, hash and that each image matches its triple and
-      symbol list. Exit status 1 on any defect.
+      symbol list, and that every signature verifies; with --trust, that
+      one is by a listed key. Exit status 1 on any defect.
+  keygen KEY
+      Write a new Ed25519 secret key to KEY (mode 0600) and its public key
+      to KEY.pub. Neither may exist yet.
+  sign A --key KEY [-o OUT]
+      Add KEY's signature over A's content hash (replacing an older one by
+      the same key); A is rewritten unless -o is given.
 
 OPTIONS:
   --help       Print this help
@@ -167,7 +177,7 @@ int cmdCreate(Args &A) {
   std::string Out = A.take().str();
   tc::Archive Ar;
   std::optional<std::string> DepsFile;
-  tc::Compression Compress = tc::Compression::None;
+  std::optional<tc::Compression> Compress = tc::Compression::None;
   tc::Role CurRole = tc::Role::Target;
   std::string CurCPU, CurFeatures, CurTarget;
   std::vector<std::string> Inputs;
@@ -197,7 +207,6 @@ int cmdCreate(Args &A) {
       M.TheRole = CurRole;
       M.CPU = CurCPU;
       M.Features = CurFeatures;
-      M.Compress = Compress;
       Ar.Members.push_back(std::move(M));
       Inputs.push_back(Path);
       continue;
@@ -209,10 +218,17 @@ int cmdCreate(Args &A) {
     } else if ((V = A.option("--deps"))) {
       DepsFile = V->str();
     } else if ((V = A.option("--compress"))) {
-      Expected<tc::Compression> C = tc::parseCompression(*V);
-      if (!C)
-        return report({"", toString(C.takeError())});
-      Compress = *C;
+      if (*V == "auto") {
+        Compress.reset();
+      } else {
+        Expected<tc::Compression> C = tc::parseCompression(*V);
+        if (!C) {
+          consumeError(C.takeError());
+          return report({"", "unknown compression '" + V->str() +
+                                 "' (expected auto, none, zstd or zstd-dict)"});
+        }
+        Compress = *C;
+      }
     } else if ((V = A.option("--role"))) {
       Expected<tc::Role> R = tc::parseRole(*V);
       if (!R)
@@ -232,7 +248,7 @@ int cmdCreate(Args &A) {
   }
   // Compression applies to every member, wherever the flag stood.
   for (tc::Member &M : Ar.Members)
-    M.Compress = Compress;
+    M.Compress = Compress ? *Compress : tc::cheapestCompression(M.Image);
   if (!HaveName)
     return report({"", "create: missing --name NAME"});
   if (Inputs.empty())
@@ -430,6 +446,11 @@ int cmdDump(Args &A) {
                             : " (MISMATCH: contents hash to " +
                                   tc::toHex(Actual) + ")")
      << "\n";
+  for (const tc::ArchiveSignature &S : Ar->Signatures)
+    OS << "signature: ed25519 key " << tc::keyId(S.Key)
+       << (tc::signatureVerifies(S, tc::signedHash(*Ar)) ? " (verifies)"
+                                                         : " (DOES NOT VERIFY)")
+       << "\n";
   OS << "deps: " << Ar->Deps.size() << "\n";
   for (const std::string &D : Ar->Deps)
     OS << "  dep " << D << "\n";
@@ -444,8 +465,13 @@ int cmdDump(Args &A) {
        << (M.CPU.empty() ? "generic" : M.CPU) << " features="
        << (M.Features.empty() ? "none" : M.Features) << " kind="
        << tc::imageKindName(M.Kind) << " role=" << tc::roleName(M.TheRole)
-       << " compression=" << tc::compressionName(M.Compress)
-       << " size=" << M.Image.size() << "\n";
+       << " compression=" << tc::compressionName(M.Compress);
+    if (M.Compress == tc::Compression::ZstdDict)
+      OS << " dict=" << M.DictId;
+    OS << " size=" << M.Image.size();
+    if (M.Compress != tc::Compression::None)
+      OS << " stored=" << M.Layout.ImageSize;
+    OS << "\n";
     OS << "  digest: " << tc::toHex(tc::memberDigest(M)) << "\n";
     dumpLayout(OS, M.Layout);
     OS << "  symbols: " << M.Symbols.size() << "\n";
@@ -455,18 +481,145 @@ int cmdDump(Args &A) {
   return 0;
 }
 
+/// Reads a key file; the error names it.
+template <typename T>
+std::optional<T> readKey(StringRef Path,
+                         Expected<T> (*Parse)(StringRef), ToolError &Err) {
+  Expected<std::unique_ptr<MemoryBuffer>> B = readFile(Path);
+  if (!B) {
+    Err = fileError(Path, B.takeError());
+    return std::nullopt;
+  }
+  Expected<T> K = Parse((*B)->getBuffer());
+  if (!K) {
+    Err = fileError(Path, K.takeError());
+    return std::nullopt;
+  }
+  return std::move(*K);
+}
+
 int cmdVerify(Args &A) {
+  if (A.done())
+    return report({"", "verify: missing archive"});
   std::string Path;
-  if (std::optional<ToolError> E = oneArchive(A, "verify", Path))
-    return report(*E);
+  std::vector<tc::PublicKey> Trusted;
+  while (!A.done()) {
+    StringRef Arg = A.peek();
+    std::optional<StringRef> V;
+    if ((V = A.option("--trust"))) {
+      ToolError Err;
+      std::optional<tc::PublicKey> K =
+          readKey<tc::PublicKey>(*V, tc::parsePublicKey, Err);
+      if (!K)
+        return report(Err);
+      Trusted.push_back(*K);
+    } else if (!A.Failure.empty()) {
+      return report({"", A.Failure});
+    } else if (Arg.starts_with("-") && Arg != "-") {
+      return report({"", "verify: unknown option '" + Arg.str() + "'"});
+    } else if (!Path.empty()) {
+      return report({"", "verify: unexpected argument '" + Arg.str() + "'"});
+    } else {
+      Path = A.take().str();
+    }
+  }
+  if (Path.empty())
+    return report({"", "verify: missing archive"});
   ToolError Err;
   std::optional<tc::Archive> Ar = openArchive(Path, Err);
   if (!Ar)
     return report(Err);
   if (Error E = tc::verifyImages(*Ar))
     return report(fileError(Path, std::move(E)));
+  // Every signature must verify; with --trust, one must be by a listed key.
+  if (!Ar->Signatures.empty())
+    if (Error E = tc::checkSignatures(*Ar, {}))
+      return report(fileError(Path, std::move(E)));
+  if (!Trusted.empty())
+    if (Error E = tc::checkSignatures(*Ar, Trusted))
+      return report(fileError(Path, std::move(E)));
   outs() << Path << ": OK: " << Ar->Members.size() << " members, hash "
-         << tc::toHex(Ar->Hash) << "\n";
+         << tc::toHex(Ar->Hash);
+  for (const tc::ArchiveSignature &S : Ar->Signatures)
+    outs() << ", signed by " << tc::keyId(S.Key);
+  outs() << "\n";
+  return 0;
+}
+
+int cmdKeygen(Args &A) {
+  if (A.done())
+    return report({"", "keygen: missing key file name"});
+  std::string Path = A.take().str();
+  if (StringRef(Path).starts_with("-"))
+    return report({"", "keygen: unknown option '" + Path + "'"});
+  if (!A.done())
+    return report({"", "keygen: unexpected argument '" + A.peek().str() + "'"});
+  std::string PubPath = Path + ".pub";
+  for (const std::string &P : {Path, PubPath})
+    if (sys::fs::exists(P))
+      return report({P, "already exists (keygen never overwrites a key)"});
+  Expected<tc::SecretKey> K = tc::generateKey();
+  if (!K)
+    return report({"", toString(K.takeError())});
+  // The secret key is created 0600 and only if absent.
+  int FD;
+  if (std::error_code EC = sys::fs::openFileForWrite(
+          Path, FD, sys::fs::CD_CreateNew, sys::fs::OF_None, 0600))
+    return report({Path, EC.message()});
+  {
+    raw_fd_ostream OS(FD, /*shouldClose=*/true);
+    OS << tc::formatSecretKey(*K);
+    OS.close();
+    if (OS.has_error()) {
+      std::string Msg = OS.error().message();
+      OS.clear_error();
+      sys::fs::remove(Path);
+      return report({Path, Msg});
+    }
+  }
+  if (Error E = writeFile(PubPath, tc::formatPublicKey(K->Public))) {
+    sys::fs::remove(Path);
+    return report({"", toString(std::move(E))});
+  }
+  outs() << "key " << tc::keyId(K->Public) << ": secret key " << Path
+         << ", public key " << PubPath << "\n";
+  return 0;
+}
+
+int cmdSign(Args &A) {
+  if (A.done() || A.peek().starts_with("-"))
+    return report({"", "sign: missing archive"});
+  std::string Path = A.take().str();
+  std::optional<std::string> KeyPath, Output;
+  while (!A.done()) {
+    StringRef Arg = A.peek();
+    std::optional<StringRef> V;
+    if ((V = A.option("--key")))
+      KeyPath = V->str();
+    else if ((V = A.option("-o")))
+      Output = V->str();
+    else if (!A.Failure.empty())
+      return report({"", A.Failure});
+    else
+      return report({"", "sign: unexpected argument '" + Arg.str() + "'"});
+  }
+  if (!KeyPath)
+    return report({"", "sign: missing --key KEY"});
+  ToolError Err;
+  std::optional<tc::SecretKey> K =
+      readKey<tc::SecretKey>(*KeyPath, tc::parseSecretKey, Err);
+  if (!K)
+    return report(Err);
+  std::optional<tc::Archive> Ar = openArchive(Path, Err);
+  if (!Ar)
+    return report(Err);
+  if (Error E = tc::signArchive(*Ar, *K))
+    return report(fileError(*KeyPath, std::move(E)));
+  Expected<SmallString<0>> Bytes = tc::writeArchive(*Ar);
+  if (!Bytes)
+    return report(fileError(Path, Bytes.takeError()));
+  if (Error E = writeFile(Output ? *Output : Path, *Bytes))
+    return report({"", toString(std::move(E))});
   return 0;
 }
 } // namespace
@@ -485,7 +638,8 @@ int main(int argc, char **argv) {
   if (Cmd == "--version") {
     outs() << "tc-ar (tc) " << TC_VERSION_STRING << " (LLVM "
            << LLVM_VERSION_STRING << ", archive format " << tc::ArchiveVersion
-           << ")\n";
+           << ")\nzstd dictionary " << tc::builtinDictionaryId() << " ("
+           << tc::builtinDictionarySize() << " bytes)\n";
     return 0;
   }
   Args A(std::vector<StringRef>(Items.begin() + 1, Items.end()));
@@ -506,5 +660,9 @@ int main(int argc, char **argv) {
     return cmdDump(A);
   if (Cmd == "verify")
     return cmdVerify(A);
+  if (Cmd == "keygen")
+    return cmdKeygen(A);
+  if (Cmd == "sign")
+    return cmdSign(A);
   return report({"", "unknown command '" + Cmd.str() + "' (try --help)"});
 }

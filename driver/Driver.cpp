@@ -361,13 +361,19 @@ Error Pipeline::run() {
     return Error::success();
 
   for (Member &M : A.Members) {
-    M.Compress = O.Compress;
+    M.Compress = O.Compress ? *O.Compress : cheapestCompression(M.Image);
     Expected<std::vector<std::string>> Syms = externalSymbols(M.Kind, M.Image);
     if (!Syms)
       return Syms.takeError();
     M.Symbols = std::move(*Syms);
   }
   Expected<SmallString<0>> Bytes = writeArchive(A);
+  if (Bytes && O.SignKey) {
+    // The signature covers the hash writeArchive() set: write again with it.
+    if (Error E = signArchive(A, *O.SignKey))
+      return E;
+    Bytes = writeArchive(A);
+  }
   if (!Bytes)
     return createStringError("'%s': %s", O.Output.c_str(),
                              toString(Bytes.takeError()).c_str());

@@ -19,6 +19,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,11 @@ struct DriverOptions {
   bool KeepDebugInfo = false;         ///< -g
   bool EmitObjects = false;           ///< --emit-objects
   bool AllSources = false;            ///< --all-sources
-  Compression Compress = Compression::None;
+  /// How members are stored; unset (--compress=auto, the default): per
+  /// member, cheapestCompression().
+  std::optional<Compression> Compress;
+  /// --sign KEY: the archive is signed with it (signArchive).
+  std::optional<SecretKey> SignKey;
   // Single-triple output for inspection: -emit-llvm with -S or -c.
   bool EmitLLVM = false;
   bool EmitAssembly = false; ///< -S

@@ -41,8 +41,11 @@ OPTIONS:
   --all-sources           Pack a source member for every target triple, not
                           only this host's, so processes of every ISA can
                           send the ifunc (targets that forward it: DAPC)
-  --compress=none|zstd    Compress members
+  --compress=auto|none|zstd|zstd-dict
+                          How members are stored (default auto: zstd with
+                          the built-in dictionary where that is smaller)
   -emit-llvm -S | -c      Write one target's prepared module (.ll or .bc)
+  --sign KEY              Sign the archive with KEY (from tc-ar keygen)
   -MD | -MMD              Write a make depfile for the output (-MMD: without
                           system headers)
   -MF FILE, -MT TARGET    Its path (default: OUT with .d) and target name
@@ -91,6 +94,19 @@ static Expected<std::string> resolveLibrary(StringRef Name) {
                            "lib%s.so.N in %s)",
                            Name.str().c_str(), Name.str().c_str(),
                            join(Dirs, ", ").c_str());
+}
+
+static Error readSigningKey(StringRef Path, std::optional<SecretKey> &Key) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
+  if (!B)
+    return createStringError("'%s': %s", Path.str().c_str(),
+                             B.getError().message().c_str());
+  Expected<SecretKey> K = parseSecretKey((*B)->getBuffer());
+  if (!K)
+    return createStringError("'%s': %s", Path.str().c_str(),
+                             toString(K.takeError()).c_str());
+  Key = *K;
+  return Error::success();
 }
 
 static Error readDepsFile(StringRef Path, std::vector<std::string> &Deps) {
@@ -171,6 +187,11 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
       if (!Lib)
         return Lib.takeError();
       O.Deps.push_back(*Lib);
+    } else if (IsOpt("--sign")) {
+      if (Error E = Take("--sign", V))
+        return std::move(E);
+      if (Error E = readSigningKey(V, O.SignKey))
+        return std::move(E);
     } else if (A == "--emit-objects") {
       O.EmitObjects = true;
     } else if (A == "--all-sources") {
@@ -178,10 +199,18 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
     } else if (IsOpt("--compress")) {
       if (Error E = Take("--compress", V))
         return std::move(E);
-      Expected<Compression> C = parseCompression(V);
-      if (!C)
-        return C.takeError();
-      O.Compress = *C;
+      if (V == "auto") {
+        O.Compress.reset();
+      } else {
+        Expected<Compression> C = parseCompression(V);
+        if (!C) {
+          consumeError(C.takeError());
+          return createStringError("unknown compression '%s' (expected auto, "
+                                   "none, zstd or zstd-dict)",
+                                   V.c_str());
+        }
+        O.Compress = *C;
+      }
     } else if (A == "-emit-llvm") {
       O.EmitLLVM = true;
     } else if (A == "-S") {

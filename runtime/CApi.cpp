@@ -173,6 +173,16 @@ tc_status_t tc_context_create(const tc_context_params_t *P,
       C->Opts.AllowedHashes.insert(H);
     }
   }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_TRUST) {
+    if (P->trusted_key_count && !P->trusted_keys)
+      return fail(TC_ERR_INVALID_PARAM,
+                  "tc_context_create: trusted_keys is NULL");
+    for (size_t I = 0; I < P->trusted_key_count; ++I) {
+      PublicKey K;
+      std::memcpy(K.data(), P->trusted_keys[I], K.size());
+      C->Opts.TrustedKeys.push_back(K);
+    }
+  }
   *Out = C.release();
   return TC_OK;
 }

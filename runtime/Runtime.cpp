@@ -39,6 +39,8 @@ Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
   Self.Features = this->Jit->features();
   Self.RunsBitcode = this->Opts.Mode != LoadMode::Object;
   Self.RunsObjects = this->Opts.Mode != LoadMode::Bitcode;
+  Self.Dictionaries = this->Opts.Dictionaries ? *this->Opts.Dictionaries
+                                              : dictionaryIds();
 }
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
@@ -188,10 +190,13 @@ StringRef Runtime::shippedBytes(const Ifunc &F, const Conn &S) {
     return F.Bytes;
   }
   auto [It, New] = ShippedFor.try_emplace(
-      std::make_pair(F.Hash, memberDigest(**Pick)));
+      std::make_tuple(F.Hash, memberDigest(**Pick), S.Peer->Dictionaries));
   if (New) {
     Archive Thin =
         thinArchive(F.Parsed, [&](const Member &M) { return &M == *Pick; });
+    // A member compressed with a dictionary the peer lacks goes as plain
+    // zstd: same hash, a few hundred bytes more.
+    withoutDictionaries(Thin, S.Peer->Dictionaries, Compression::Zstd);
     Expected<SmallString<0>> Out = writeArchive(Thin);
     if (!Out) { // Cannot happen: it was read from a valid archive.
       consumeError(Out.takeError());
@@ -550,6 +555,14 @@ Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
     return createStringError("ifunc '%s' (%s) is not in the allowed list",
                              A->Name.c_str(), toHex(A->Hash).c_str());
   }
+  // Signed archives (tc-serve --trust): the message names why.
+  if (!Opts.TrustedKeys.empty())
+    if (Error E = checkSignatures(*A, Opts.TrustedKeys)) {
+      Why = WireStatus::PolicyRefused;
+      return createStringError("ifunc '%s' (%s): %s", A->Name.c_str(),
+                               toHex(A->Hash).c_str(),
+                               toString(std::move(E)).c_str());
+    }
   Expected<const LoadedIfunc &> L = Jit->load(*A, Opts.Mode);
   if (!L) {
     Why = WireStatus::JitFailed;

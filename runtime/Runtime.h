@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -95,6 +96,9 @@ struct RuntimeOptions {
   size_t MaxLoaded = 0;
   /// When non-empty, only archives with these hashes are loaded.
   std::set<ArchiveHash> AllowedHashes;
+  /// When non-empty, only archives signed by one of these keys are loaded
+  /// (tc::checkSignatures); with AllowedHashes too, both must admit it.
+  std::vector<PublicKey> TrustedKeys;
   /// Default target_args for every ifunc (see setTargetArgs).
   void *TargetArgs = nullptr;
   /// A memory region connected senders may read (RegionRead frames).
@@ -107,6 +111,10 @@ struct RuntimeOptions {
   /// Ship every target member, not only the one the peer runs (what
   /// senders did before the Hello exchange; for comparisons).
   bool ShipAllMembers = false;
+  /// The compression dictionaries this process says it reads in its Hello;
+  /// unset: every dictionary of this build (tc::dictionaryIds()). Senders
+  /// re-store members compressed with any other as plain zstd.
+  std::optional<std::vector<std::string>> Dictionaries;
 };
 
 /// An error a target sent back about one of our messages.
@@ -381,7 +389,9 @@ private:
   std::shared_ptr<JitEngine> Jit;
   Capabilities Self;
   /// Thin copies shipped to peers, by identity and the member chosen.
-  std::map<std::pair<ArchiveHash, MemberDigest>, std::string> ShippedFor;
+  std::map<std::tuple<ArchiveHash, MemberDigest, std::vector<std::string>>,
+           std::string>
+      ShippedFor;
   std::map<std::string, std::shared_ptr<const Ifunc>> Registered;
   std::map<ArchiveHash, std::weak_ptr<SourceCode>> SourceCodes;
   std::unordered_map<ConnId, Conn> Conns; ///< Nodes: references stay valid.

@@ -8,7 +8,7 @@ PACKAGES=(
   cmake ninja-build pkg-config g++ git python3 file
   # LLVM / Clang 22 (tools for lit/FileCheck, runtimes for sanitizers+fuzzers)
   llvm-22 llvm-22-dev llvm-22-tools clang-22 libclang-22-dev libclang-cpp22-dev
-  libclang-rt-22-dev libzstd-dev zlib1g-dev
+  libclang-rt-22-dev libzstd-dev zlib1g-dev libsodium-dev
   # UCX 1.13 and its perftest (the benchmarks' reference)
   libucx-dev ucx-utils
   # tests (iproute2: network namespaces for the multi-host benchmark test)

@@ -1,7 +1,11 @@
 //===- ArchiveFuzzer.cpp - libFuzzer target for the archive reader --------===//
 //
 // Feeds arbitrary bytes to tc::readArchive and, when they parse, exercises
-// what a target does next: member selection and re-serialization. Any crash,
+// what a target does next: member selection and re-serialization (as is, and
+// without the zstd dictionary, as a sender does for a target that lacks it;
+// the corpus has members compressed with it, a truncated frame and an
+// unknown or missing dictionary id; signed archives, badly signed ones and
+// a malformed tc.signatures). Any crash,
 // sanitizer report or hang is a bug. Build with -DTC_ENABLE_FUZZERS=ON and
 // clang; scripts/fuzz.sh runs it on the seed corpus in fuzz/corpus.
 //
@@ -35,5 +39,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
       tc::readArchive(llvm::MemoryBufferRef(*Out, "again"), Opts);
   if (!Again || Again->Hash != A->Hash)
     __builtin_trap();
+  // Signatures are kept byte for byte, whatever they say; judging them
+  // never fails on anything but the signatures.
+  if (Again->Signatures.size() != A->Signatures.size())
+    __builtin_trap();
+  for (size_t I = 0; I < A->Signatures.size(); ++I)
+    if (Again->Signatures[I].Key != A->Signatures[I].Key ||
+        Again->Signatures[I].Sig != A->Signatures[I].Sig)
+      __builtin_trap();
+  tc::PublicKey Anyone{};
+  llvm::Error Judged = tc::checkSignatures(*A, {Anyone});
+  llvm::handleAllErrors(std::move(Judged), [](const tc::SignatureError &) {});
+  // What a sender does for a target without the dictionary: the members
+  // stored with it are stored plain instead, and the hash does not move.
+  tc::Archive Plain = *A;
+  tc::withoutDictionaries(Plain, {});
+  llvm::Expected<llvm::SmallString<0>> PlainOut = tc::writeArchive(Plain);
+  if (!PlainOut)
+    __builtin_trap();
+  llvm::Expected<tc::Archive> PlainAgain =
+      tc::readArchive(llvm::MemoryBufferRef(*PlainOut, "plain"), Opts);
+  if (!PlainAgain || PlainAgain->Hash != A->Hash)
+    __builtin_trap();
+  for (const tc::Member &M : PlainAgain->Members)
+    if (M.Compress == tc::Compression::ZstdDict)
+      __builtin_trap();
   return 0;
 }

@@ -21,6 +21,7 @@
 #define TC_ARCHIVE_H
 
 #include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -54,7 +55,8 @@ enum class Role : uint8_t {
 /// How a member's image is stored.
 enum class Compression : uint8_t {
   None,
-  Zstd, ///< zstd through llvm::compression; needs an LLVM built with zstd.
+  Zstd,     ///< zstd through llvm::compression; needs an LLVM built with zstd.
+  ZstdDict, ///< zstd (libzstd) with this build's dictionary; see below.
 };
 
 llvm::StringRef imageKindName(ImageKind K);
@@ -96,11 +98,25 @@ struct Member {
   ImageKind Kind = ImageKind::Bitcode;
   Role TheRole = Role::Target;
   Compression Compress = Compression::None; ///< How the image is stored.
+  /// With ZstdDict, the dictionary's id (tc.dict): set by readArchive();
+  /// writeArchive() writes builtinDictionaryId().
+  std::string DictId;
   /// External symbols the image needs from the process or the deps, sorted.
   std::vector<std::string> Symbols;
   std::string Image; ///< Uncompressed image bytes.
 
   BinaryLayout Layout; ///< Set by readArchive(); ignored by writeArchive().
+};
+
+/// An Ed25519 public key (libsodium's crypto_sign, 32 bytes).
+using PublicKey = std::array<uint8_t, 32>;
+
+/// One signature of an archive: who signed (the public key) and the 64-byte
+/// Ed25519 signature over signedMessage(signedHash()). Kept in the manifest's
+/// tc.signatures key; not covered by the content hash.
+struct ArchiveSignature {
+  PublicKey Key{};
+  std::array<uint8_t, 64> Sig{};
 };
 
 /// A whole archive, in memory.
@@ -113,6 +129,10 @@ struct Archive {
   /// digests let the target recompute the same content hash.
   std::vector<MemberDigest> Omitted;
   ArchiveHash Hash{}; ///< Set by readArchive() and writeArchive().
+  /// Signatures over signedHash(); written and read as they are (signArchive() adds
+  /// one, checkSignatures() judges them). A rewrite that keeps the hash
+  /// keeps them valid.
+  std::vector<ArchiveSignature> Signatures;
 
   BinaryLayout ManifestLayout; ///< Set by readArchive().
 };
@@ -154,6 +174,133 @@ llvm::Expected<Archive> readArchive(llvm::MemoryBufferRef Buffer,
 /// Parses a deps list: one library per line; blank lines and lines starting
 /// with '#' are skipped; a last line without a newline still counts.
 llvm::Expected<std::vector<std::string>> parseDepsList(llvm::StringRef Text);
+
+//===----------------------------------------------------------------------===//
+// The zstd dictionary (docs/archive-format.md, "The dictionary")
+//===----------------------------------------------------------------------===//
+
+/// The id of the dictionary this build writes `zstd-dict` members with:
+/// 16 lowercase hex digits, the first 8 bytes of BLAKE3 over its bytes.
+llvm::StringRef builtinDictionaryId();
+
+/// The dictionary's size in bytes.
+size_t builtinDictionarySize();
+
+/// Every dictionary id this build can read (what a target announces in a
+/// capability exchange).
+std::vector<std::string> dictionaryIds();
+
+/// True when this build can read members compressed with dictionary \p Id.
+bool haveDictionary(llvm::StringRef Id);
+
+/// readArchive()'s error for a member compressed with a dictionary this build
+/// does not have. Its sender can ship the member again without it
+/// (withoutDictionaries()); anything else about the archive may still be
+/// wrong.
+class MissingDictionaryError
+    : public llvm::ErrorInfo<MissingDictionaryError> {
+public:
+  static char ID;
+  std::string Where;  ///< "member N at offset M"
+  std::string DictId; ///< The tc.dict value.
+  MissingDictionaryError(std::string Where, std::string DictId)
+      : Where(std::move(Where)), DictId(std::move(DictId)) {}
+  void log(llvm::raw_ostream &OS) const override;
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+};
+
+/// For a peer that can read only the dictionaries \p PeerHas: every member
+/// stored with another dictionary is stored as \p Fallback (None or Zstd)
+/// instead. The content hash does not change; call writeArchive() after.
+/// Returns the number of members changed.
+size_t withoutDictionaries(Archive &A, llvm::ArrayRef<std::string> PeerHas,
+                           Compression Fallback = Compression::None);
+
+/// The storage tc-cc's default (`--compress=auto`) picks for \p Image:
+/// ZstdDict when it makes the member smaller, its three extra keys counted,
+/// else None.
+Compression cheapestCompression(llvm::StringRef Image);
+
+/// Compresses \p Image with the built-in dictionary (a zstd frame).
+llvm::Expected<std::string> compressWithDictionary(llvm::StringRef Image);
+
+/// Decompresses a member stored with dictionary \p Id into exactly \p Size
+/// bytes; a MissingDictionaryError when this build lacks \p Id. \p Where
+/// names the member in messages.
+llvm::Error decompressWithDictionary(llvm::StringRef Id,
+                                     llvm::StringRef Stored,
+                                     std::string &Image, uint64_t Size,
+                                     const std::string &Where);
+
+//===----------------------------------------------------------------------===//
+// Signatures (docs/archive-format.md, "Signatures"; Ed25519 from libsodium)
+//===----------------------------------------------------------------------===//
+
+/// A signing key: the 32-byte Ed25519 seed and the public key it gives.
+/// Zeroed when destroyed.
+struct SecretKey {
+  std::array<uint8_t, 32> Seed{};
+  PublicKey Public{};
+  ~SecretKey();
+};
+
+/// A key's short name in messages: its first 8 bytes, 16 hex digits.
+std::string keyId(const PublicKey &K);
+
+/// A fresh key from libsodium's random source.
+llvm::Expected<SecretKey> generateKey();
+
+/// Key files: one line each, `tc-ed25519-secret-key HEX64` (the seed) and
+/// `tc-ed25519-public-key HEX64`.
+std::string formatSecretKey(const SecretKey &K);
+std::string formatPublicKey(const PublicKey &K);
+llvm::Expected<SecretKey> parseSecretKey(llvm::StringRef Text);
+llvm::Expected<PublicKey> parsePublicKey(llvm::StringRef Text);
+
+/// The hash a signature covers: tc.hash (A.Hash, which must be set by
+/// writeArchive() or readArchive()). Every copy of an archive has it,
+/// whichever members the copy carries, so one signature covers what any
+/// target receives.
+ArchiveHash signedHash(const Archive &A);
+
+/// The bytes an archive signature covers: the ASCII domain string
+/// "tc-archive-signature-v1", a zero byte, then the 32-byte signedHash().
+std::string signedMessage(const ArchiveHash &H);
+
+/// Adds (or replaces, for the same key) \p K's signature over
+/// signedHash(\p A); write the archive again to keep it.
+llvm::Error signArchive(Archive &A, const SecretKey &K);
+
+/// True when \p S is a valid signature of \p H by S.Key.
+bool signatureVerifies(const ArchiveSignature &S, const ArchiveHash &H);
+
+/// Why checkSignatures() refused an archive.
+class SignatureError : public llvm::ErrorInfo<SignatureError> {
+public:
+  enum Reason { Unsigned, DoesNotVerify, UntrustedKey };
+  static char ID;
+  Reason Why;
+  std::string KeyId; ///< The key at fault (empty for Unsigned).
+  SignatureError(Reason Why, std::string KeyId)
+      : Why(Why), KeyId(std::move(KeyId)) {}
+  /// "unsigned", "signature does not verify (key ID)" or "signed by an
+  /// untrusted key ID".
+  void log(llvm::raw_ostream &OS) const override;
+  std::error_code convertToErrorCode() const override {
+    return llvm::inconvertibleErrorCode();
+  }
+};
+
+/// Admission by signature: success when some signature of \p A by a key in
+/// \p Trusted verifies over signedHash(A). Otherwise a SignatureError: Unsigned
+/// (no signature), DoesNotVerify (a trusted key's signature is wrong: the
+/// archive was changed or the signature damaged), UntrustedKey (valid or
+/// not, every signature is by another key). With \p Trusted empty, every
+/// signature must verify instead (what `tc-ar verify` checks).
+llvm::Error checkSignatures(const Archive &A,
+                            llvm::ArrayRef<PublicKey> Trusted);
 
 /// Picks the member a process with \p HostTriple and \p HostCPU should run.
 /// Triples match after llvm::Triple normalization with the vendor ignored

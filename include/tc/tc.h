@@ -86,7 +86,8 @@ enum tc_context_params_field {
     TC_CONTEXT_PARAM_FIELD_DEP_DIRS   = TC_BIT(3),
     TC_CONTEXT_PARAM_FIELD_ALLOW      = TC_BIT(4),
     TC_CONTEXT_PARAM_FIELD_CACHE_DIR  = TC_BIT(5),
-    TC_CONTEXT_PARAM_FIELD_SHIP_CODE  = TC_BIT(6)
+    TC_CONTEXT_PARAM_FIELD_SHIP_CODE  = TC_BIT(6),
+    TC_CONTEXT_PARAM_FIELD_TRUST      = TC_BIT(7)
 };
 
 typedef struct tc_context_params {
@@ -104,6 +105,11 @@ typedef struct tc_context_params {
     /** Persistent cache of compiled objects; may be shared by processes. */
     const char    *cache_dir;
     tc_ship_code_t ship_code;   /**< Default TC_SHIP_CODE_ONCE. */
+    /** Trusted Ed25519 public keys (32 bytes each, as in a `tc-ar keygen`
+     *  KEY.pub file); only archives signed by one of them run on targets
+     *  (with allow_hashes too, both must admit an archive). */
+    const uint8_t (*trusted_keys)[32];
+    size_t         trusted_key_count;
 } tc_context_params_t;
 
 enum tc_worker_params_field {

@@ -37,6 +37,8 @@ OPTIONS:
   --region-size N      Bytes of target memory passed as target_args (4096)
   --allow FILE         Only run archives whose hash (64 hex digits per line)
                        is listed in FILE
+  --trust KEY.pub      Only run archives signed by this key (repeatable;
+                       from tc-ar keygen); with --allow, both must admit
   --dep-dir DIR        Only load dependencies from DIR (repeatable)
   --max-loaded N       Keep at most N code identities loaded (0: no limit)
   --cache-dir DIR      Keep compiled objects in DIR, so a restarted target
@@ -142,6 +144,14 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--ifunc-path", IfuncPath, OptError)) {
     } else if (takeOption(argc, argv, I, "--cache-dir", V, OptError)) {
       Opts.Jit.CacheDir = V;
+    } else if (takeOption(argc, argv, I, "--trust", V, OptError)) {
+      auto B = MemoryBuffer::getFile(V);
+      if (!B)
+        return toolError(Tool, "'" + V + "': " + B.getError().message());
+      Expected<PublicKey> K = parsePublicKey((*B)->getBuffer());
+      if (!K)
+        return toolError(Tool, "'" + V + "': " + toString(K.takeError()));
+      Opts.TrustedKeys.push_back(*K);
     } else if (takeOption(argc, argv, I, "--dep-dir", V, OptError)) {
       Opts.Jit.DepDirs.push_back(V);
     } else if (!OptError.empty()) {

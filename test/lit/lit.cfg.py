@@ -30,6 +30,9 @@ config.substitutions.append(("%hex2bin", '"%s" "%s"' % (
     os.path.join(config.test_source_root, "Inputs", "hex2bin.py"))))
 config.substitutions.append(("%tc_passes_plugin", os.path.join(
     config.tc_obj_root, "lib", "TCPasses.so")))
+config.substitutions.append(("%patch-archive", '"%s" "%s"' % (
+    config.python_executable,
+    os.path.join(config.test_source_root, "Inputs", "patch-archive.py"))))
 config.substitutions.append(("%python", '"%s"' % config.python_executable))
 config.substitutions.append(("%tc_src", config.tc_src_root))
 

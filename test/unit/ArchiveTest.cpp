@@ -52,8 +52,11 @@ Archive randomArchive(std::mt19937_64 &Rng) {
     std::sort(M.Symbols.begin(), M.Symbols.end());
     M.Symbols.erase(std::unique(M.Symbols.begin(), M.Symbols.end()),
                     M.Symbols.end());
-    if (llvm::compression::zstd::isAvailable() && Small(Rng) < 2)
+    int Storage = Small(Rng);
+    if (llvm::compression::zstd::isAvailable() && Storage < 2)
       M.Compress = Compression::Zstd;
+    else if (Storage == 2)
+      M.Compress = Compression::ZstdDict;
     A.Members.push_back(std::move(M));
   }
   return A;
@@ -232,6 +235,193 @@ TEST(ArchiveHash, EveryFieldChangesTheHashButCompressionDoesNot) {
   }));
   EXPECT_FALSE(Differs(
       [](Archive &C) { C.Members[0].Compress = Compression::Zstd; }));
+}
+
+TEST(ArchiveSignature, SurvivesRewritesAndShippingButNotTampering) {
+  llvm::Expected<SecretKey> K = generateKey();
+  ASSERT_TRUE(!!K);
+  llvm::Expected<SecretKey> Other = generateKey();
+  ASSERT_TRUE(!!Other);
+  Archive A;
+  A.Name = "s";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], ""),
+               makeMember(Triples[0], "", ImageKind::Bitcode, Role::Source)};
+  ASSERT_TRUE(!!writeArchive(A));
+  ArchiveHash Unsigned = A.Hash;
+  ASSERT_FALSE(llvm::errorToBool(signArchive(A, *K)));
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  EXPECT_EQ(A.Hash, Unsigned); // Signatures are not covered by the hash.
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R) << llvm::toString(R.takeError());
+  ASSERT_EQ(R->Signatures.size(), 1u);
+  EXPECT_EQ(R->Signatures[0].Key, K->Public);
+  EXPECT_FALSE(llvm::errorToBool(checkSignatures(*R, {K->Public})));
+
+  // What a sender ships: the one member the target runs, the others as
+  // digests (a thin copy), written again.
+  Archive Shipped = thinArchive(*R, [](const Member &M) {
+    return M.TheRole == Role::Target && M.Triple == Triples[0];
+  });
+  ASSERT_EQ(Shipped.Members.size(), 1u);
+  ASSERT_EQ(Shipped.Signatures.size(), 1u);
+  for (Member &M : Shipped.Members)
+    M.Compress = Compression::ZstdDict;
+  auto ShippedBytes = writeArchive(Shipped);
+  ASSERT_TRUE(!!ShippedBytes);
+  llvm::Expected<Archive> Target = read(*ShippedBytes);
+  ASSERT_TRUE(!!Target);
+  EXPECT_EQ(signedHash(*Target), signedHash(*R));
+  EXPECT_FALSE(llvm::errorToBool(checkSignatures(*Target, {K->Public})));
+
+  auto Reason = [](llvm::Error E) {
+    int Why = -1;
+    llvm::handleAllErrors(std::move(E), [&](const SignatureError &S) {
+      Why = S.Why;
+    });
+    return Why;
+  };
+  EXPECT_EQ(Reason(checkSignatures(*Target, {Other->Public})),
+            SignatureError::UntrustedKey);
+  Archive Plain = *Target;
+  Plain.Signatures.clear();
+  EXPECT_EQ(Reason(checkSignatures(Plain, {K->Public})),
+            SignatureError::Unsigned);
+  // Other code with a recomputed hash and the copied signature.
+  Archive Tampered = *Target;
+  Tampered.Members[0].Image += "!";
+  ASSERT_TRUE(!!writeArchive(Tampered));
+  EXPECT_EQ(Reason(checkSignatures(Tampered, {K->Public})),
+            SignatureError::DoesNotVerify);
+  // Both keys trusted: one good signature is enough.
+  ASSERT_FALSE(llvm::errorToBool(signArchive(*Target, *Other)));
+  EXPECT_EQ(Target->Signatures.size(), 2u);
+  EXPECT_FALSE(
+      llvm::errorToBool(checkSignatures(*Target, {Other->Public, K->Public})));
+}
+
+TEST(ArchiveSignature, KeyFilesRoundTripAndRejectOtherText) {
+  llvm::Expected<SecretKey> K = generateKey();
+  ASSERT_TRUE(!!K);
+  llvm::Expected<SecretKey> Again = parseSecretKey(formatSecretKey(*K));
+  ASSERT_TRUE(!!Again);
+  EXPECT_EQ(Again->Public, K->Public);
+  llvm::Expected<PublicKey> P = parsePublicKey(formatPublicKey(K->Public));
+  ASSERT_TRUE(!!P);
+  EXPECT_EQ(*P, K->Public);
+  EXPECT_EQ(keyId(K->Public).size(), 16u);
+  for (const char *Bad :
+       {"", "tc-ed25519-public-key", "tc-ed25519-public-key 00",
+        "tc-ed25519-secret-key 0000000000000000000000000000000000000000000000"
+        "000000000000000000"}) {
+    llvm::Expected<PublicKey> E = parsePublicKey(Bad);
+    EXPECT_FALSE(!!E) << Bad;
+    if (!E)
+      llvm::consumeError(E.takeError());
+  }
+  llvm::Expected<SecretKey> E = parseSecretKey(formatPublicKey(K->Public));
+  EXPECT_FALSE(!!E);
+  if (!E)
+    llvm::consumeError(E.takeError());
+  std::string M = signedMessage(ArchiveHash{});
+  EXPECT_EQ(M.size(), 23u + 1u + 32u);
+  EXPECT_EQ(M.substr(0, 24), std::string("tc-archive-signature-v1\0", 24));
+}
+
+TEST(ArchiveDictionary, IdIsSixteenHexDigitsAndListed) {
+  llvm::StringRef Id = builtinDictionaryId();
+  EXPECT_EQ(Id.size(), 16u);
+  EXPECT_EQ(Id.find_first_not_of("0123456789abcdef"), llvm::StringRef::npos);
+  EXPECT_GT(builtinDictionarySize(), 1000u);
+  EXPECT_EQ(dictionaryIds(), std::vector<std::string>{Id.str()});
+  EXPECT_TRUE(haveDictionary(Id));
+  EXPECT_FALSE(haveDictionary("0123456789abcdef"));
+}
+
+TEST(ArchiveDictionary, RoundTripRecordsTheIdAndKeepsTheHash) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], "")};
+  ArchiveHash Plain = computeHash(A); // In canonical order already.
+  for (Member &M : A.Members)
+    M.Compress = Compression::ZstdDict;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes) << llvm::toString(Bytes.takeError());
+  EXPECT_EQ(A.Hash, Plain);
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R) << llvm::toString(R.takeError());
+  expectSameContents(A, *R);
+  for (const Member &M : R->Members)
+    EXPECT_EQ(M.DictId, builtinDictionaryId());
+}
+
+TEST(ArchiveDictionary, UnknownIdIsATypedErrorNamingIt) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], "")};
+  A.Members[1].Compress = Compression::ZstdDict;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  std::string Damaged = Bytes->str().str();
+  size_t At = Damaged.find(builtinDictionaryId().str());
+  ASSERT_NE(At, std::string::npos);
+  Damaged.replace(At, 16, "0123456789abcdef");
+  llvm::Expected<Archive> R = read(Damaged);
+  ASSERT_FALSE(!!R);
+  bool Typed = false;
+  llvm::handleAllErrors(
+      R.takeError(),
+      [&](const MissingDictionaryError &E) {
+        Typed = true;
+        EXPECT_EQ(E.DictId, "0123456789abcdef");
+        EXPECT_EQ(E.Where, "member 1");
+      },
+      [](const llvm::ErrorInfoBase &E) { ADD_FAILURE() << E.message(); });
+  EXPECT_TRUE(Typed);
+}
+
+TEST(ArchiveDictionary, WithoutDictionariesStoresForThePeerAndKeepsTheHash) {
+  Archive A;
+  A.Name = "d";
+  A.Members = {makeMember(Triples[1], ""), makeMember(Triples[0], ""),
+               makeMember(Triples[0], "", ImageKind::Bitcode, Role::Source)};
+  A.Members[0].Compress = Compression::ZstdDict;
+  A.Members[1].Compress = Compression::ZstdDict;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R);
+  // A peer with the dictionary gets the archive as it is.
+  Archive Same = *R;
+  EXPECT_EQ(withoutDictionaries(Same, dictionaryIds()), 0u);
+  // A peer without it: plain by default, or zstd without a dictionary.
+  for (Compression Fallback : {Compression::None, Compression::Zstd}) {
+    if (Fallback == Compression::Zstd &&
+        !llvm::compression::zstd::isAvailable())
+      continue;
+    Archive Peer = *R;
+    EXPECT_EQ(withoutDictionaries(Peer, {"0123456789abcdef"}, Fallback), 2u);
+    auto Out = writeArchive(Peer);
+    ASSERT_TRUE(!!Out);
+    EXPECT_EQ(Out->str().find("tc.dict"), llvm::StringRef::npos);
+    llvm::Expected<Archive> Again = read(*Out);
+    ASSERT_TRUE(!!Again) << llvm::toString(Again.takeError());
+    EXPECT_EQ(Again->Hash, R->Hash);
+    EXPECT_EQ(Again->Members[0].Compress, Fallback);
+    EXPECT_EQ(Again->Members[2].Compress, Compression::None);
+  }
+}
+
+TEST(ArchiveDictionary, CheapestCompressionSkipsWhatDoesNotShrink) {
+  // A few incompressible bytes: the keys would cost more than zstd saves.
+  std::mt19937_64 Rng(3);
+  std::string Noise = "BC\xc0\xde";
+  for (int I = 0; I < 64; ++I)
+    Noise += char(Rng());
+  EXPECT_EQ(cheapestCompression(Noise), Compression::None);
+  // Repetitive bytes shrink.
+  EXPECT_EQ(cheapestCompression("BC\xc0\xde" + std::string(4096, 'x')),
+            Compression::ZstdDict);
 }
 
 TEST(ArchiveReader, EveryTruncationIsAnErrorNotACrash) {

@@ -11,6 +11,8 @@
 
 #include "IfuncIR.h"
 
+#include "tc/Archive.h"
+
 #include "gtest/gtest.h"
 
 #include <chrono>
@@ -393,6 +395,108 @@ define void @bad_main(ptr %p, i64 %n, ptr %t) {
 }
 
 } // namespace
+
+namespace {
+/// \p Bytes signed with \p K (the content hash does not change).
+std::string signedCopy(const std::string &Bytes, const tc::SecretKey &K) {
+  llvm::Expected<tc::Archive> A =
+      tc::readArchive(llvm::MemoryBufferRef(Bytes, "a"));
+  EXPECT_TRUE(!!A);
+  if (!A) {
+    llvm::consumeError(A.takeError());
+    return "";
+  }
+  EXPECT_FALSE(llvm::errorToBool(tc::signArchive(*A, K)));
+  llvm::Expected<llvm::SmallString<0>> Out = tc::writeArchive(*A);
+  EXPECT_TRUE(!!Out);
+  return Out ? Out->str().str() : "";
+}
+} // namespace
+
+TEST(CApi, TrustedKeysAdmitOnlyArchivesTheySigned) {
+  llvm::Expected<tc::SecretKey> K = tc::generateKey();
+  ASSERT_TRUE(!!K);
+  llvm::Expected<tc::SecretKey> Stranger = tc::generateKey();
+  ASSERT_TRUE(!!Stranger);
+  uint8_t Trusted[1][32];
+  std::memcpy(Trusted[0], K->Public.data(), 32);
+  tc_context_params_t CP;
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_TRUST;
+  CP.trusted_keys = nullptr;
+  CP.trusted_key_count = 1;
+  tc_context_h Bad = nullptr;
+  EXPECT_EQ(tc_context_create(&CP, &Bad), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(Bad, nullptr);
+  CP.trusted_keys = Trusted;
+  tc_context_h TCtx;
+  ASSERT_EQ(tc_context_create(&CP, &TCtx), TC_OK);
+  uint64_t Counter = 0;
+  tc_worker_params_t TP;
+  TP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+  TP.target_args = &Counter;
+  tc_worker_h TW;
+  ASSERT_EQ(tc_worker_create(TCtx, &TP, &TW), TC_OK);
+  uint16_t Port = 0;
+  ASSERT_EQ(tc_worker_listen(TW, "127.0.0.1", 0, &Port), TC_OK);
+
+  struct Seen {
+    int N = 0;
+    std::string Msg;
+  } Got;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_ERROR_CB;
+  WP.error_cb = [](void *Arg, tc_ep_h, uint32_t, tc_status_t S,
+                   const char *Msg) {
+    auto *G = static_cast<Seen *>(Arg);
+    EXPECT_EQ(S, TC_ERR_REMOTE);
+    ++G->N;
+    G->Msg = Msg;
+  };
+  WP.error_arg = &Got;
+  tc_worker_h W;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(W, "127.0.0.1", Port, &Ep), TC_OK);
+
+  // Three identities (different steps): unsigned, a stranger's, K's.
+  std::string Unsigned = ifuncArchive("u", adderIR("u", 1));
+  std::string ByStranger =
+      signedCopy(ifuncArchive("s", adderIR("s", 2)), *Stranger);
+  std::string ByK = signedCopy(ifuncArchive("k", adderIR("k", 3)), *K);
+  int Want = 0;
+  for (const std::string *Bytes : {&Unsigned, &ByStranger, &ByK}) {
+    tc_ifunc_h F;
+    ASSERT_EQ(tc_ifunc_register_archive(W, Bytes->data(), Bytes->size(), &F),
+              TC_OK);
+    uint64_t Arg = 10;
+    tc_msg_h M;
+    ASSERT_EQ(tc_msg_create(F, &Arg, sizeof(Arg), &M), TC_OK);
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+    if (Bytes == &ByK) {
+      ASSERT_TRUE(runUntil({W, TW}, [&] { return Counter != 0; }));
+    } else {
+      ++Want;
+      ASSERT_TRUE(runUntil({W, TW}, [&] { return Got.N == Want; }));
+      EXPECT_NE(Got.Msg.find(Bytes == &Unsigned
+                                 ? "unsigned"
+                                 : "signed by an untrusted key " +
+                                       tc::keyId(Stranger->Public)),
+                std::string::npos)
+          << Got.Msg;
+    }
+    tc_msg_free(M);
+    tc_ifunc_deregister(F);
+  }
+  EXPECT_EQ(Got.N, 2);
+  EXPECT_NE(Counter, 0u);
+  tc_ep_destroy(Ep);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+  tc_worker_destroy(TW);
+  tc_context_destroy(TCtx);
+}
 
 TEST(CApi, RestartedTargetGetsTheCodeAgain) {
   // One long-lived sender; the target goes away and a new one takes its

@@ -110,10 +110,11 @@ TEST(Runtime, ShippedArchiveHasNoSourceMember) {
 }
 
 /// The adder archive with a second target member for another triple.
-static std::string twoTripleArchive() {
+static std::string twoTripleArchive(Compression C = Compression::None) {
   Archive A;
   A.Name = "add";
   A.Members.push_back(hostMember(adderIR("add")));
+  A.Members.back().Compress = C;
   Member Other = A.Members.back();
   Other.Triple = llvm::Triple(Other.Triple).isAArch64()
                      ? "x86_64-unknown-linux-gnu"
@@ -153,6 +154,26 @@ TEST(Runtime, HelloLetsTheSenderShipOnlyTheMemberTheTargetRuns) {
               std::string::npos)
         << Code;
   }
+}
+
+TEST(Runtime, ATargetWithoutTheDictionaryGetsTheMemberAsPlainZstd) {
+  uint64_t Sent[2];
+  for (bool HasDict : {true, false}) {
+    RuntimeOptions TargetOpts;
+    if (!HasDict)
+      TargetOpts.Dictionaries = std::vector<std::string>();
+    Pair P(TargetOpts);
+    auto F = P.reg(twoTripleArchive(Compression::ZstdDict));
+    ASSERT_TRUE(F);
+    P.send(F, 1);
+    ASSERT_TRUE(P.fence());
+    EXPECT_EQ(P.Counter, 1u);
+    EXPECT_TRUE(P.Errors.empty());
+    Sent[HasDict] = P.Source->counters().BytesSent;
+  }
+  // The dictionary saves the fixed bitcode overhead; without it the member
+  // still travels compressed, and still runs.
+  EXPECT_GT(Sent[false], Sent[true] + 100);
 }
 
 TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
