@@ -2,6 +2,7 @@
 //
 //   opt -load-pass-plugin=build/lib/TCPasses.so \
 //       -passes='tc-abi-check<name=tsi>,tc-prepare-target<name=tsi>' in.ll
+//   opt -load-pass-plugin=build/lib/TCPasses.so -passes=tc-sandbox in.ll
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,6 +41,12 @@ PreservedAnalyses IfuncPreparePass::run(Module &M, ModuleAnalysisManager &) {
   return PreservedAnalyses::none();
 }
 
+PreservedAnalyses IfuncSandboxPass::run(Module &M, ModuleAnalysisManager &) {
+  if (Error E = sandboxModule(M, Opts))
+    diagnose(M, "tc-sandbox", std::move(E));
+  return PreservedAnalyses::none();
+}
+
 /// Parses `name=NAME;g` pass parameters.
 static Expected<IfuncOptions> parseOptions(StringRef Params, StringRef Pass) {
   IfuncOptions O;
@@ -64,6 +71,24 @@ void registerIfuncPasses(PassBuilder &PB) {
   PB.registerPipelineParsingCallback(
       [](StringRef Name, ModulePassManager &MPM,
          ArrayRef<PassBuilder::PipelineElement>) {
+        if (Name == "tc-sandbox" || Name.starts_with("tc-sandbox<")) {
+          StringRef Params = Name.drop_front(strlen("tc-sandbox"));
+          SandboxOptions O;
+          if (!Params.empty()) {
+            if (!Params.consume_front("<") || !Params.consume_back(">") ||
+                !Params.consume_front("allow=")) {
+              errs() << "tc-sandbox: expected tc-sandbox or "
+                        "tc-sandbox<allow=SYM,...>\n";
+              return false;
+            }
+            SmallVector<StringRef, 4> Syms;
+            Params.split(Syms, ',', -1, false);
+            for (StringRef S : Syms)
+              O.AllowCalls.push_back(S.str());
+          }
+          MPM.addPass(IfuncSandboxPass(std::move(O)));
+          return true;
+        }
         for (StringRef Pass :
              {"tc-abi-check", "tc-prepare-target", "tc-prepare-source"}) {
           if (!Name.consume_front(Pass))

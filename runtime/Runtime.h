@@ -29,6 +29,7 @@
 
 #include "Frame.h"
 #include "Jit.h"
+#include "Sandbox.h"
 #include "Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -84,6 +85,7 @@ struct RuntimeCounters {
   uint64_t ErrorsReceived = 0;           ///< Error frames a sender got.
   uint64_t FramesSent = 0;               ///< Frames of any type sent.
   uint64_t BytesSent = 0;                ///< Their header + body bytes.
+  uint64_t SandboxTraps = 0; ///< Sandboxed invocations ended by a trap.
 };
 
 struct RuntimeOptions {
@@ -103,6 +105,9 @@ struct RuntimeOptions {
   /// and identity: the "uncached" mode benchmarks measure (the target still
   /// finds the identity loaded by its hash; only the bytes travel).
   bool AlwaysShipCode = false;
+  /// Limits of sandboxed code (Mode == LoadMode::Sandbox): fuel, stacks,
+  /// and the memory it may touch besides its payload and locals.
+  SandboxPolicy Sandbox;
 };
 
 /// An error a target sent back about one of our messages.
@@ -321,8 +326,15 @@ private:
   /// onFrame() for every frame but a runnable SmallInvoke.
   LLVM_ATTRIBUTE_NOINLINE void onOtherFrame(ConnId C, llvm::StringRef Header,
                                             llvm::StringRef Body);
-  void callMain(ConnId C, IfuncMainFn Main, void *Args,
+  /// Runs one message: \p L's NAME_main (sandboxed if it was loaded so)
+  /// or, with \p L null, the local function \p LocalName. \p About names
+  /// the message in an Error frame if sandboxed code traps.
+  void callMain(ConnId C, const SmallInvoke &About, const LoadedIfunc *L,
+                const char *LocalName, IfuncMainFn Main, void *Args,
                 llvm::StringRef Payload);
+  LLVM_ATTRIBUTE_NOINLINE void reportTrap(ConnId C, const SmallInvoke &About,
+                                          const LoadedIfunc &L,
+                                          const SandboxTrap &Trap);
   /// Moves \p H to the front of LRU.
   void touch(const ArchiveHash &H);
   /// touch(L.Hash), remembering \p L: the same code again costs a compare.
