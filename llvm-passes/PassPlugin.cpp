@@ -43,7 +43,8 @@ PreservedAnalyses IfuncPreparePass::run(Module &M, ModuleAnalysisManager &) {
 
 PreservedAnalyses IfuncSandboxPass::run(Module &M, ModuleAnalysisManager &) {
   if (Error E = sandboxModule(M, Opts))
-    diagnose(M, "tc-sandbox", std::move(E));
+    diagnose(M, "tc-sandbox",
+             createStringError("error: " + toString(std::move(E))));
   return PreservedAnalyses::none();
 }
 
@@ -75,16 +76,21 @@ void registerIfuncPasses(PassBuilder &PB) {
           StringRef Params = Name.drop_front(strlen("tc-sandbox"));
           SandboxOptions O;
           if (!Params.empty()) {
-            if (!Params.consume_front("<") || !Params.consume_back(">") ||
-                !Params.consume_front("allow=")) {
+            if (!Params.consume_front("<") || !Params.consume_back(">")) {
               errs() << "tc-sandbox: expected tc-sandbox or "
-                        "tc-sandbox<allow=SYM,...>\n";
+                        "tc-sandbox<allow=SYM;allow=SYM...>\n";
               return false;
             }
-            SmallVector<StringRef, 4> Syms;
-            Params.split(Syms, ',', -1, false);
-            for (StringRef S : Syms)
-              O.AllowCalls.push_back(S.str());
+            SmallVector<StringRef, 4> Parts;
+            Params.split(Parts, ';', -1, false);
+            for (StringRef P : Parts) {
+              if (!P.consume_front("allow=") || P.empty()) {
+                errs() << "tc-sandbox: unknown parameter '" << P
+                       << "' (expected allow=SYM)\n";
+                return false;
+              }
+              O.AllowCalls.push_back(P.str());
+            }
           }
           MPM.addPass(IfuncSandboxPass(std::move(O)));
           return true;

@@ -106,7 +106,7 @@ std::vector<std::string> defaultSandboxCalls();
 /// guarantees.
 llvm::Error sandboxModule(llvm::Module &M, const SandboxOptions &Opts);
 
-/// `tc-sandbox<allow=SYM,SYM...>`: sandboxModule as a module pass.
+/// `tc-sandbox<allow=SYM;allow=SYM...>`: sandboxModule as a module pass.
 class IfuncSandboxPass : public llvm::PassInfoMixin<IfuncSandboxPass> {
 public:
   explicit IfuncSandboxPass(SandboxOptions Opts) : Opts(std::move(Opts)) {}
