@@ -4,8 +4,9 @@
 // in sandbox mode (docs/ifunc-abi.md, "Sandboxed execution"). Every memory
 // access that is not provably inside one of the function's own stack
 // objects or globals is checked against the ranges the runtime publishes in
-// its sandbox state (payload, target_args region, shadow stack; then, out of
-// line, the regions the application declared and the module's globals).
+// its sandbox state inline (target_args region, payload, shadow stack, and
+// the writable range the slow path matched last), then out of line
+// (tc_sandbox_check: declared regions, grants, the module's globals).
 // Stack objects whose address escapes move to a shadow stack the runtime
 // owns, so no pointer the ifunc computes can reach a return address or a
 // spilled register. Calls are limited to the module's own functions and to
@@ -47,6 +48,7 @@ enum StateField : unsigned {
   FuelOff = 48,
   StackLimitOff = 56,
   ShadowSPOff = 64,
+  CacheLo = 72,
 };
 
 /// A pointer argument of an allowed external function that the sandbox
@@ -375,7 +377,7 @@ void Sandboxer::emitCheck(Instruction *Before, Value *St, Value *P,
   Value *A = B.CreatePtrToInt(P, I64);
   Value *N = B.CreateZExtOrTrunc(Size, I64);
   Value *Ok = Nullable ? B.CreateICmpEQ(A, ConstantInt::get(I64, 0)) : nullptr;
-  for (unsigned R : {RegionLo, PayloadLo, ShadowLo}) {
+  for (unsigned R : {RegionLo, PayloadLo, ShadowLo, CacheLo}) {
     Value *Lo = B.CreateLoad(I64, field(B, St, R));
     Value *Hi = B.CreateLoad(I64, field(B, St, R + 8));
     Value *In =

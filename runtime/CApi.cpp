@@ -351,6 +351,15 @@ tc_status_t tc_worker_evict_code(tc_worker_h W) {
   return TC_OK;
 }
 
+tc_status_t tc_worker_add_sandbox_region(tc_worker_h W, void *Base,
+                                         size_t Size) {
+  if (!W || (!Base && Size))
+    return fail(TC_ERR_INVALID_PARAM,
+                "tc_worker_add_sandbox_region: NULL argument");
+  W->RT->addSandboxRegion(Base, Size);
+  return TC_OK;
+}
+
 tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   if (!W || !Out)
     return fail(TC_ERR_INVALID_PARAM, "tc_worker_query_stats: NULL argument");

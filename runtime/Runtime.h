@@ -184,6 +184,10 @@ public:
     Opts.TargetArgs = Args;
     ++ArgsGeneration;
   }
+  /// Lets sandboxed code touch [Base, Base+Size) too (SandboxPolicy).
+  void addSandboxRegion(const void *Base, size_t Size) {
+    Opts.Sandbox.Regions.push_back({Base, Size});
+  }
   void setRegion(const void *Region, size_t Size) {
     Opts.Region = Region;
     Opts.RegionSize = Size;

@@ -26,7 +26,7 @@
 
 using namespace llvm;
 
-/// Read by instrumented code at fixed offsets (Sandbox.cpp's StateField):
+/// Read by instrumented code at fixed offsets (the pass's StateField):
 /// change both together.
 struct TcSandboxState {
   uint64_t PayloadLo, PayloadHi;
@@ -35,9 +35,14 @@ struct TcSandboxState {
   int64_t Fuel;
   uint64_t StackLimit;
   uint64_t ShadowSP;
+  /// The writable range the slow path matched last: a loop over a declared
+  /// region goes out of line once, then inline.
+  uint64_t CacheLo, CacheHi;
 };
 static_assert(offsetof(TcSandboxState, Fuel) == 48, "instrumentation layout");
 static_assert(offsetof(TcSandboxState, ShadowSP) == 64,
+              "instrumentation layout");
+static_assert(offsetof(TcSandboxState, CacheLo) == 72,
               "instrumentation layout");
 
 namespace {
@@ -87,13 +92,17 @@ TcSandboxState *tc_sandbox_state() { return &TS.S; }
 void tc_sandbox_check(uint64_t Addr, uint64_t Size, uint32_t Kind,
                       const void *Globals, uint64_t NumGlobals) {
   ThreadSandbox &T = TS;
+  auto Hit = [&](uint64_t Lo, uint64_t N) {
+    T.S.CacheLo = Lo;
+    T.S.CacheHi = Lo + N;
+  };
   if (T.Top) {
     for (const tc::SandboxPolicy::Range &R : T.Top->Policy->Regions)
       if (contains(uint64_t(R.Base), R.Size, Addr, Size))
-        return;
+        return Hit(uint64_t(R.Base), R.Size);
     for (const tc::SandboxPolicy::Range &R : T.Granted)
       if (contains(uint64_t(R.Base), R.Size, Addr, Size))
-        return;
+        return Hit(uint64_t(R.Base), R.Size);
   }
   struct GlobalEntry {
     uint64_t Addr, Size, Writable;
@@ -101,8 +110,11 @@ void tc_sandbox_check(uint64_t Addr, uint64_t Size, uint32_t Kind,
   const auto *G = static_cast<const GlobalEntry *>(Globals);
   for (uint64_t I = 0; I < NumGlobals; ++I)
     if (contains(G[I].Addr, G[I].Size, Addr, Size) &&
-        (G[I].Writable || Kind == tc::SandboxTrapLoad))
+        (G[I].Writable || Kind == tc::SandboxTrapLoad)) {
+      if (G[I].Writable)
+        Hit(G[I].Addr, G[I].Size);
       return;
+    }
   if (T.Top) {
     T.Last = tc::SandboxTrap{Kind, Addr, Size, T.Top->Policy->Fuel};
     siglongjmp(T.Top->Jmp, 1);
@@ -154,6 +166,14 @@ bool runSandboxed(IfuncMainFn Main, void *Payload, size_t Size, void *Args,
   T.S.PayloadHi = uint64_t(Payload) + Size;
   T.S.RegionLo = Args ? uint64_t(Args) : 0;
   T.S.RegionHi = Args ? uint64_t(Args) + Policy.TargetArgsSize : 0;
+  if (Args && !Policy.TargetArgsSize) // The declared region holding it.
+    for (const SandboxPolicy::Range &R : Policy.Regions)
+      if (contains(uint64_t(R.Base), R.Size, uint64_t(Args), 0)) {
+        T.S.RegionLo = uint64_t(R.Base);
+        T.S.RegionHi = uint64_t(R.Base) + R.Size;
+        break;
+      }
+  T.S.CacheLo = T.S.CacheHi = 0;
   T.S.ShadowLo = uint64_t(T.Shadow.get());
   T.S.ShadowHi = T.S.ShadowSP;
   __atomic_store_n(&T.S.Fuel, int64_t(Policy.Fuel), __ATOMIC_RELAXED);

@@ -246,6 +246,12 @@ tc_status_t tc_worker_query_stats(tc_worker_h worker,
  *  next time they use it. Not from inside NAME_main or a local function
  *  (TC_ERR_INVALID_PARAM there): the running code would be freed. */
 tc_status_t tc_worker_evict_code(tc_worker_h worker);
+/** @brief Lets sandboxed code on @p worker read and write
+ *  [@p base, @p base + @p size) from now on (memory that exists only after
+ *  the context was created). May be called from a local function
+ *  (tc_worker_register_local), never from sandboxed code. */
+tc_status_t tc_worker_add_sandbox_region(tc_worker_h worker, void *base,
+                                         size_t size);
 
 /** @brief Inside NAME_main or a local function: the endpoint the running
  *  message came on, to answer its sender; NULL elsewhere, or when the
