@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <atomic>
 #include <csetjmp>
+#include <cstddef>
+#include <cstring>
 #include <memory>
 #include <pthread.h>
 #include <unistd.h>
@@ -133,6 +135,20 @@ void tc_sandbox_check_call(const void *Fn, const void *const *Table,
 
 namespace tc {
 
+/// Copies a state; Fuel atomically, since a watchdog thread may store to it
+/// at any time (requestSandboxStop). ThreadSanitizer flagged the plain
+/// struct copy this replaces.
+static void copyState(TcSandboxState &To, const TcSandboxState &From) {
+  constexpr size_t Fuel = offsetof(TcSandboxState, Fuel);
+  constexpr size_t After = Fuel + sizeof(int64_t);
+  std::memcpy(&To, &From, Fuel);
+  __atomic_store_n(&To.Fuel, __atomic_load_n(&From.Fuel, __ATOMIC_RELAXED),
+                   __ATOMIC_RELAXED);
+  std::memcpy(reinterpret_cast<char *>(&To) + After,
+              reinterpret_cast<const char *>(&From) + After,
+              sizeof(TcSandboxState) - After);
+}
+
 static uintptr_t threadStackLow() {
   pthread_attr_t A;
   void *Addr = nullptr;
@@ -156,10 +172,14 @@ bool runSandboxed(IfuncMainFn Main, void *Payload, size_t Size, void *Args,
       T.StackLow = threadStackLow();
     T.S.ShadowSP = uint64_t(T.Shadow.get()) + T.ShadowSize;
   }
-  const TcSandboxState Saved = T.S;
   SandboxFrame F;
   F.Prev = T.Top;
   F.Policy = &Policy;
+  TcSandboxState Saved;
+  copyState(Saved, T.S);
+  if (!F.Prev)
+    StopRequested.store(false); // A stop asked for an earlier message.
+
   const size_t GrantMark = T.Granted.size();
   uintptr_t Here = uintptr_t(__builtin_frame_address(0));
   T.S.PayloadLo = uint64_t(Payload);
@@ -191,7 +211,7 @@ bool runSandboxed(IfuncMainFn Main, void *Payload, size_t Size, void *Args,
   }
   ActiveState.store(Outer);
   T.Top = F.Prev;
-  T.S = Saved;
+  copyState(T.S, Saved);
   T.Granted.resize(GrantMark);
   return Ok;
 }
