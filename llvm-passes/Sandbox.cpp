@@ -156,6 +156,13 @@ private:
   bool isSafeAccess(Value *P, uint64_t Size) const;
   void emitCheck(Instruction *Before, Value *St, Value *P, Value *Size,
                  unsigned Kind, bool Nullable = false);
+  /// Loads the ranges that stay fixed while a function runs (a nested
+  /// message restores them before it returns) once, after \p St.
+  void loadFixedRanges(Value *St);
+  struct FixedRange {
+    Value *Lo, *Hi, *Width;
+  };
+  SmallVector<FixedRange, 3> Fixed;
   void emitTrapIf(Instruction *Before, Value *Cond, unsigned Cause,
                   Value *Addr = nullptr);
   Value *field(IRBuilder<> &B, Value *St, unsigned Off) {
@@ -377,14 +384,17 @@ void Sandboxer::emitCheck(Instruction *Before, Value *St, Value *P,
   Value *A = B.CreatePtrToInt(P, I64);
   Value *N = B.CreateZExtOrTrunc(Size, I64);
   Value *Ok = Nullable ? B.CreateICmpEQ(A, ConstantInt::get(I64, 0)) : nullptr;
-  for (unsigned R : {RegionLo, PayloadLo, ShadowLo, CacheLo}) {
-    Value *Lo = B.CreateLoad(I64, field(B, St, R));
-    Value *Hi = B.CreateLoad(I64, field(B, St, R + 8));
-    Value *In =
-        B.CreateAnd(B.CreateICmpULE(B.CreateSub(A, Lo), B.CreateSub(Hi, Lo)),
-                    B.CreateICmpULE(N, B.CreateSub(Hi, A)));
-    Ok = Ok ? B.CreateOr(Ok, In) : In;
-  }
+  auto In = [&](Value *Lo, Value *Hi, Value *Width) {
+    Value *R = B.CreateAnd(B.CreateICmpULE(B.CreateSub(A, Lo), Width),
+                           B.CreateICmpULE(N, B.CreateSub(Hi, A)));
+    Ok = Ok ? B.CreateOr(Ok, R) : R;
+  };
+  for (const FixedRange &R : Fixed)
+    In(R.Lo, R.Hi, R.Width);
+  // The slow path's last match changes under the function: load it here.
+  Value *CLo = B.CreateLoad(I64, field(B, St, CacheLo));
+  Value *CHi = B.CreateLoad(I64, field(B, St, CacheLo + 8));
+  In(CLo, CHi, B.CreateSub(CHi, CLo));
   MDBuilder MDB(Ctx);
   Instruction *Then = SplitBlockAndInsertIfThen(
       B.CreateNot(Ok), Before->getIterator(), /*Unreachable=*/false,
@@ -392,6 +402,16 @@ void Sandboxer::emitCheck(Instruction *Before, Value *St, Value *P,
   IRBuilder<> TB(Then);
   TB.CreateCall(CheckFn, {A, N, ConstantInt::get(I32, Kind), Globals,
                           ConstantInt::get(I64, NumGlobals)});
+}
+
+void Sandboxer::loadFixedRanges(Value *St) {
+  Fixed.clear();
+  IRBuilder<> B(cast<Instruction>(St)->getNextNode());
+  for (unsigned R : {RegionLo, PayloadLo, ShadowLo}) {
+    Value *Lo = B.CreateLoad(I64, field(B, St, R));
+    Value *Hi = B.CreateLoad(I64, field(B, St, R + 8));
+    Fixed.push_back({Lo, Hi, B.CreateSub(Hi, Lo)});
+  }
 }
 
 void Sandboxer::replaceByvalArgs(Function &F) {
@@ -525,6 +545,7 @@ void Sandboxer::instrument(Function &F) {
   BasicBlock &EB = F.getEntryBlock();
   IRBuilder<> B(&*EB.getFirstNonPHIOrDbgOrAlloca());
   Value *St = B.CreateCall(StateFn, {}, "sandbox");
+  loadFixedRanges(St);
   SmallVector<AllocaInst *, 2> Dynamic;
   moveEscapingAllocas(F, St, Dynamic);
   {
