@@ -2,6 +2,7 @@
 //
 //   opt -load-pass-plugin=build/lib/TCPasses.so \
 //       -passes='tc-abi-check<name=tsi>,tc-prepare-target<name=tsi>' in.ll
+//   opt -load-pass-plugin=build/lib/TCPasses.so -passes=tc-sandbox in.ll
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,6 +41,13 @@ PreservedAnalyses IfuncPreparePass::run(Module &M, ModuleAnalysisManager &) {
   return PreservedAnalyses::none();
 }
 
+PreservedAnalyses IfuncSandboxPass::run(Module &M, ModuleAnalysisManager &) {
+  if (Error E = sandboxModule(M, Opts))
+    diagnose(M, "tc-sandbox",
+             createStringError("error: " + toString(std::move(E))));
+  return PreservedAnalyses::none();
+}
+
 /// Parses `name=NAME;g` pass parameters.
 static Expected<IfuncOptions> parseOptions(StringRef Params, StringRef Pass) {
   IfuncOptions O;
@@ -64,6 +72,29 @@ void registerIfuncPasses(PassBuilder &PB) {
   PB.registerPipelineParsingCallback(
       [](StringRef Name, ModulePassManager &MPM,
          ArrayRef<PassBuilder::PipelineElement>) {
+        if (Name == "tc-sandbox" || Name.starts_with("tc-sandbox<")) {
+          StringRef Params = Name.drop_front(strlen("tc-sandbox"));
+          SandboxOptions O;
+          if (!Params.empty()) {
+            if (!Params.consume_front("<") || !Params.consume_back(">")) {
+              errs() << "tc-sandbox: expected tc-sandbox or "
+                        "tc-sandbox<allow=SYM;allow=SYM...>\n";
+              return false;
+            }
+            SmallVector<StringRef, 4> Parts;
+            Params.split(Parts, ';', -1, false);
+            for (StringRef P : Parts) {
+              if (!P.consume_front("allow=") || P.empty()) {
+                errs() << "tc-sandbox: unknown parameter '" << P
+                       << "' (expected allow=SYM)\n";
+                return false;
+              }
+              O.AllowCalls.push_back(P.str());
+            }
+          }
+          MPM.addPass(IfuncSandboxPass(std::move(O)));
+          return true;
+        }
         for (StringRef Pass :
              {"tc-abi-check", "tc-prepare-target", "tc-prepare-source"}) {
           if (!Name.consume_front(Pass))

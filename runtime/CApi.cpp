@@ -141,8 +141,46 @@ tc_status_t tc_context_create(const tc_context_params_t *P,
       C->Opts.Mode = LoadMode::Bitcode;
     else if (Mode == TC_EXEC_OBJECT)
       C->Opts.Mode = LoadMode::Object;
+    else if (Mode == TC_EXEC_SANDBOX)
+      C->Opts.Mode = LoadMode::Sandbox;
     else
       return fail(TC_ERR_INVALID_PARAM, "tc_context_create: bad exec_mode");
+  }
+  if (Mask & TC_CONTEXT_PARAM_FIELD_SANDBOX) {
+    const tc_sandbox_params_t *SP = P->sandbox;
+    if (!SP)
+      return fail(TC_ERR_INVALID_PARAM, "tc_context_create: sandbox is NULL");
+    SandboxPolicy &Pol = C->Opts.Sandbox;
+    if (SP->field_mask & TC_SANDBOX_PARAM_FIELD_FUEL) {
+      if (SP->fuel == 0 || SP->fuel > uint64_t(INT64_MAX))
+        return fail(TC_ERR_INVALID_PARAM, "tc_context_create: bad sandbox "
+                                          "fuel");
+      Pol.Fuel = SP->fuel;
+    }
+    if (SP->field_mask & TC_SANDBOX_PARAM_FIELD_ALLOW_CALLS) {
+      if (SP->allow_count && !SP->allow_calls)
+        return fail(TC_ERR_INVALID_PARAM,
+                    "tc_context_create: sandbox allow_calls is NULL");
+      for (size_t I = 0; I < SP->allow_count; ++I) {
+        if (!SP->allow_calls[I] || !*SP->allow_calls[I])
+          return fail(TC_ERR_INVALID_PARAM, "tc_context_create: empty "
+                                            "sandbox allow_calls entry");
+        C->Opts.Jit.Sandbox.AllowCalls.push_back(SP->allow_calls[I]);
+      }
+    }
+    if (SP->field_mask & TC_SANDBOX_PARAM_FIELD_REGIONS) {
+      if (SP->region_count && !SP->regions)
+        return fail(TC_ERR_INVALID_PARAM,
+                    "tc_context_create: sandbox regions is NULL");
+      for (size_t I = 0; I < SP->region_count; ++I)
+        Pol.Regions.push_back({SP->regions[I].base, SP->regions[I].size});
+    }
+    if (SP->field_mask & TC_SANDBOX_PARAM_FIELD_STACK_SIZE) {
+      if (SP->stack_size < 4096)
+        return fail(TC_ERR_INVALID_PARAM, "tc_context_create: sandbox "
+                                          "stack_size below 4096");
+      Pol.StackBytes = SP->stack_size;
+    }
   }
   if (Mask & TC_CONTEXT_PARAM_FIELD_MAX_LOADED)
     C->Opts.MaxLoaded = P->max_loaded;
@@ -323,6 +361,15 @@ tc_status_t tc_worker_evict_code(tc_worker_h W) {
   return TC_OK;
 }
 
+tc_status_t tc_worker_add_sandbox_region(tc_worker_h W, void *Base,
+                                         size_t Size) {
+  if (!W || (!Base && Size))
+    return fail(TC_ERR_INVALID_PARAM,
+                "tc_worker_add_sandbox_region: NULL argument");
+  W->RT->addSandboxRegion(Base, Size);
+  return TC_OK;
+}
+
 tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   if (!W || !Out)
     return fail(TC_ERR_INVALID_PARAM, "tc_worker_query_stats: NULL argument");
@@ -344,6 +391,7 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   TransportStats T = W->RT->transport().stats();
   S.batches_sent = T.Batches;
   S.batched_frames = T.BatchedFrames;
+  S.sandbox_traps = C.SandboxTraps;
   *Out = S;
   return TC_OK;
 }
@@ -503,6 +551,8 @@ void *tc_msg_payload(tc_msg_h M, size_t *SizeOut) {
     return nullptr;
   if (SizeOut)
     *SizeOut = M->M.Payload.size();
+  // Sandboxed code that forwards itself writes the payload it gets here.
+  sandboxGrant(M->M.Payload.data(), M->M.Payload.size());
   return M->M.Payload.data();
 }
 

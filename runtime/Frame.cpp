@@ -41,6 +41,8 @@ StringRef wireStatusName(WireStatus S) {
     return "no region exposed";
   case WireStatus::UnknownLocal:
     return "unknown local function";
+  case WireStatus::SandboxTrap:
+    return "sandbox trap";
   }
   return "unknown status";
 }
@@ -150,7 +152,7 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     break;
   case FrameType::Error:
     if (Word < uint32_t(WireStatus::MalformedFrame) ||
-        Word > uint32_t(WireStatus::UnknownLocal))
+        Word > uint32_t(WireStatus::SandboxTrap))
       return malformed(formatv("unknown error status {0}", Word));
     F.Status = WireStatus(Word);
     if (First > MaxErrorMessage)

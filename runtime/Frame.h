@@ -62,6 +62,7 @@ enum class WireStatus : uint32_t {
   HashMismatch = 10,   ///< The archive does not hash to the frame's hash.
   NoRegion = 11,       ///< RegionRead, but the target exposes no region.
   UnknownLocal = 12,   ///< LocalInvoke of a function the target lacks.
+  SandboxTrap = 13,    ///< Sandboxed code trapped or ran out of budget.
 };
 
 /// A decoded frame. Views point into the decoded bytes.

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Jit.h"
+#include "Sandbox.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Bitcode/BitcodeReader.h"
@@ -290,7 +291,8 @@ Error checkSymbolsResolve(ArrayRef<std::string> Symbols,
 }
 
 /// Everything that decides what machine code a member compiles to.
-std::string JitEngine::cacheKey(const Archive &A, const Member &M) const {
+std::string JitEngine::cacheKey(const Archive &A, const Member &M,
+                                bool Sandbox) const {
   BLAKE3 H;
   auto Field = [&](StringRef S) {
     uint8_t Len[8];
@@ -310,6 +312,15 @@ std::string JitEngine::cacheKey(const Archive &A, const Member &M) const {
   Field(J->getTargetTriple().str());
   Field(HostFeatures);
   Field(LLVM_VERSION_STRING);
+  // Sandboxed and plain objects of one member never share an entry; nor do
+  // objects sandboxed under different call policies.
+  Field(Sandbox ? "sandbox-v1" : "plain");
+  if (Sandbox) {
+    std::vector<std::string> Allow = Opts.Sandbox.AllowCalls;
+    llvm::sort(Allow);
+    for (const std::string &S : Allow)
+      Field(S);
+  }
   BLAKE3Result<32> R = H.final();
   return toHex(ArrayRef<uint8_t>(R.data(), R.size()), /*LowerCase=*/true);
 }
@@ -370,7 +381,7 @@ static void retargetToHost(Module &M, const DataLayout &DL,
 }
 
 Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
-                                         JITDylib &JD) {
+                                         JITDylib &JD, bool Sandbox) {
   auto Start = std::chrono::steady_clock::now();
   // A cached object links like an object member: no bitcode parsing, no
   // IR layer. Only a miss goes through the compiler, which then fills the
@@ -378,10 +389,20 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
   std::string Key;
   std::unique_ptr<MemoryBuffer> Cached;
   if (Cache && M.Kind == ImageKind::Bitcode) {
-    Key = cacheKey(A, M);
+    Key = cacheKey(A, M, Sandbox);
     Cached = static_cast<DiskObjectCache &>(*Cache).getObject(Key);
   }
   bool FromCache = Cached != nullptr;
+  if (Sandbox) {
+    // The instrumentation's runtime, bound in this code's own JITDylib: it
+    // need not be exported by the process.
+    SymbolMap Syms;
+    for (const SandboxRuntimeSymbol &S : sandboxRuntimeSymbols())
+      Syms[J->mangleAndIntern(S.Name)] = {ExecutorAddr::fromPtr(S.Address),
+                                          JITSymbolFlags::Exported};
+    if (Error E = JD.define(absoluteSymbols(std::move(Syms))))
+      return std::move(E);
+  }
   if (Cached) {
     if (Error E = J->addObjectFile(JD, std::move(Cached)))
       return std::move(E);
@@ -393,6 +414,14 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
       return createStringError("ifunc '%s': bad bitcode: %s", A.Name.c_str(),
                                toString(Mod.takeError()).c_str());
     retargetToHost(**Mod, J->getDataLayout(), Triple);
+    if (Sandbox)
+      if (Error E = sandboxModule(**Mod, Opts.Sandbox))
+        return make_error<LoadError>(
+            LoadFailure::PolicyRefused,
+            formatv("ifunc '{0}' ({1}): the sandbox refuses it: {2}", A.Name,
+                    toHex(A.Hash).substr(0, 16),
+                    toString(std::move(E)))
+                .str());
     if (Cache)
       (*Mod)->setModuleIdentifier(Key);
     if (Error E = J->addIRModule(
@@ -409,6 +438,7 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
   L.Kind = M.Kind;
   L.MemberTriple = M.Triple;
   L.MemberCPU = M.CPU;
+  L.Sandboxed = Sandbox;
   auto Lookup = [&](const std::string &Sym) -> Expected<ExecutorAddr> {
     Expected<ExecutorAddr> Addr = J->lookup(JD, Sym);
     if (!Addr)
@@ -444,11 +474,27 @@ Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode,
   if (const LoadedIfunc *L = find(A.Hash, R))
     return *L;
 
+  bool Sandbox = Mode == LoadMode::Sandbox && R == Role::Target;
   std::optional<ImageKind> Kind;
-  if (Mode != LoadMode::Auto)
+  if (Mode != LoadMode::Auto && !(Mode == LoadMode::Sandbox && !Sandbox))
     Kind = Mode == LoadMode::Object ? ImageKind::Object : ImageKind::Bitcode;
   Expected<const Member *> Sel =
       selectMember(A, Triple, CPU, R, Kind);
+  if (!Sel && Sandbox) {
+    // Native code cannot be instrumented: say so rather than "no member".
+    Expected<const Member *> Obj =
+        selectMember(A, Triple, CPU, R, ImageKind::Object);
+    if (Obj) {
+      consumeError(Sel.takeError());
+      return make_error<LoadError>(
+          LoadFailure::PolicyRefused,
+          formatv("ifunc '{0}' ({1}): sandbox mode runs bitcode only and "
+                  "this archive has only an object member for this host",
+                  A.Name, toHex(A.Hash).substr(0, 16))
+              .str());
+    }
+    consumeError(Obj.takeError());
+  }
   if (!Sel)
     return loadError(LoadFailure::NoMember,
                      createStringError("ifunc '%s': %s", A.Name.c_str(),
@@ -473,7 +519,7 @@ Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode,
           M->Symbols, R == Role::Target ? A.Deps : std::vector<std::string>(),
           A.Name))
     return Fail(loadError(LoadFailure::MissingSymbol, std::move(E)));
-  Expected<LoadedIfunc> L = compile(A, *M, *JD);
+  Expected<LoadedIfunc> L = compile(A, *M, *JD, Sandbox);
   if (!L)
     return Fail(loadError(LoadFailure::CompileFailed, L.takeError()));
 

@@ -16,6 +16,7 @@
 #define TC_RUNTIME_JIT_H
 
 #include "tc/Archive.h"
+#include "tc/Passes.h"
 
 #include "llvm/ExecutionEngine/ObjectCache.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
@@ -35,7 +36,8 @@ enum class LoadFailure : uint8_t {
   DepLoadFailed, ///< A dependency did not load or is not allowed.
   MissingSymbol, ///< An external symbol does not resolve.
   CompileFailed, ///< Bad bitcode, codegen or link failure.
-  PolicyRefused, ///< A dependency outside the allowed directories.
+  PolicyRefused, ///< A dependency outside the allowed directories, or
+                 ///< code the sandbox refuses.
 };
 
 /// The error JitEngine::load returns: a kind plus a one-line message.
@@ -64,6 +66,8 @@ enum class LoadMode : uint8_t {
   Auto,    ///< Bitcode (tuned at JIT time) if present, else an object.
   Bitcode, ///< Only a bitcode member.
   Object,  ///< Only an object member: link, no code generation.
+  Sandbox, ///< Only a bitcode member, instrumented by sandboxModule()
+           ///< (target role; source code runs unsandboxed in its sender).
 };
 
 /// The source entry points.
@@ -82,6 +86,7 @@ struct LoadedIfunc {
   std::string MemberTriple, MemberCPU; ///< The member chosen (CPU: "" generic).
   double LoadMillis = 0;   ///< Parse + compile/link + lookup, wall clock.
   bool FromDiskCache = false; ///< The object came from JitOptions::CacheDir.
+  bool Sandboxed = false;     ///< Instrumented: run it with runSandboxed().
 };
 
 /// What a JitEngine may load and run.
@@ -94,6 +99,8 @@ struct JitOptions {
   /// Persistent cache of compiled objects; empty: none. Several processes
   /// may share one directory.
   std::string CacheDir;
+  /// What sandboxed code may call (LoadMode::Sandbox).
+  SandboxOptions Sandbox;
 };
 
 class JitEngine {
@@ -127,9 +134,9 @@ public:
 private:
   JitEngine() = default;
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
-                                      llvm::orc::JITDylib &JD);
+                                      llvm::orc::JITDylib &JD, bool Sandbox);
   using Key = std::pair<ArchiveHash, Role>;
-  std::string cacheKey(const Archive &A, const Member &M) const;
+  std::string cacheKey(const Archive &A, const Member &M, bool Sandbox) const;
   std::string HostFeatures;
   llvm::Error addDeps(llvm::ArrayRef<std::string> Deps, llvm::StringRef Name,
                       llvm::orc::JITDylib &JD);

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Runtime.h"
+#include "Guard.h"
 
 #include "tc/Version.h"
 
@@ -38,7 +39,8 @@ Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
   Self.CPU = this->Jit->cpu();
   Self.Features = this->Jit->features();
   Self.RunsBitcode = this->Opts.Mode != LoadMode::Object;
-  Self.RunsObjects = this->Opts.Mode != LoadMode::Bitcode;
+  Self.RunsObjects = this->Opts.Mode != LoadMode::Bitcode &&
+                     this->Opts.Mode != LoadMode::Sandbox;
   Self.Dictionaries = this->Opts.Dictionaries ? *this->Opts.Dictionaries
                                               : dictionaryIds();
 }
@@ -617,8 +619,9 @@ void Runtime::evict(const ArchiveHash &Which) {
   event("evicted " + toHex(H).substr(0, 16));
 }
 
-void Runtime::callMain(ConnId C, IfuncMainFn Main, void *Args,
-                       StringRef Payload) {
+void Runtime::callMain(ConnId C, const SmallInvoke &About,
+                       const LoadedIfunc *L, const char *LocalName,
+                       IfuncMainFn Main, void *Args, StringRef Payload) {
   // Give the function an aligned, writable copy: the transport's buffer may
   // be neither. The function may re-enter the runtime and receive another
   // frame: that one gets the next level's buffer, so this payload stays.
@@ -639,10 +642,47 @@ void Runtime::callMain(ConnId C, IfuncMainFn Main, void *Args,
   ++Depth;
   ConnId Outer = Current;
   Current = C;
-  Main(Buf, Payload.size(), Args);
+  // Recorded for fault attribution and watchdogs (Guard.h).
+  RunRecord Rec;
+  Rec.Code = L;
+  Rec.LocalName = LocalName;
+  Rec.Conn = C;
+  bool Trapped = false;
+  SandboxTrap Trap;
+  {
+    RunScope Scope(Rec);
+    if (L && L->Sandboxed)
+      Trapped = !runSandboxed(Main, Buf, Payload.size(), Args, Opts.Sandbox,
+                              Trap);
+    else
+      Main(Buf, Payload.size(), Args);
+  }
   Current = Outer;
   --Depth;
+  if (LLVM_UNLIKELY(Trapped)) {
+    reportTrap(C, About, *L, Trap);
+    return;
+  }
   ++Counters.Executed;
+}
+
+void Runtime::reportTrap(ConnId C, const SmallInvoke &About,
+                         const LoadedIfunc &L, const SandboxTrap &Trap) {
+  // The invocation is over; the target goes on. The sender learns which
+  // code trapped and why (the connection may be gone if the code closed
+  // it before trapping: then only the counters and the event remain).
+  ++Counters.SandboxTraps;
+  Frame F;
+  F.Type = About.Type;
+  F.Seq = About.Seq;
+  F.CodeId = About.CodeId;
+  std::string Msg = formatv("ifunc '{0}' ({1}): {2}", L.Name,
+                            toHex(L.Hash).substr(0, 16), describeTrap(Trap))
+                        .str();
+  if (Conns.count(C))
+    sendError(C, F, WireStatus::SandboxTrap, Msg);
+  else
+    ++Counters.Errors[WireStatus::SandboxTrap];
 }
 
 Error Runtime::registerLocal(StringRef Name, IfuncMainFn Fn) {
@@ -674,6 +714,8 @@ bool Runtime::runSmall(ConnId C, Conn &S, const SmallInvoke &I,
                        StringRef Payload) {
   IfuncMainFn Main;
   void *Args;
+  const LoadedIfunc *Code = nullptr;
+  const char *LocalName = nullptr;
   if (I.Type == FrameType::Invoke) {
     auto K = S.Known.find(I.CodeId);
     if (K == S.Known.end())
@@ -682,16 +724,18 @@ bool Runtime::runSmall(ConnId C, Conn &S, const SmallInvoke &I,
     const LoadedIfunc &L = *K->second.Code;
     touch(L);
     Main = L.Main;
+    Code = &L;
     Args = targetArgs(L.Name, K->second.Args);
   } else {
     auto It = Locals.find(I.CodeId);
     if (It == Locals.end())
       return false;
     Main = It->second.Fn;
+    LocalName = It->second.Name.c_str();
     Args = targetArgs(It->second.Name, It->second.Args);
   }
   ++Counters.Received;
-  callMain(C, Main, Args, Payload);
+  callMain(C, I, Code, LocalName, Main, Args, Payload);
   return true;
 }
 
@@ -709,7 +753,8 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
         return true;
       }
       KnownCode &K = S.Known[F.CodeId];
-      callMain(C, (*Got)->Main, targetArgs((*Got)->Name, K.Args), F.Payload);
+      callMain(C, SmallInvoke{F.Type, F.Seq, F.CodeId}, *Got, nullptr,
+               (*Got)->Main, targetArgs((*Got)->Name, K.Args), F.Payload);
       return true;
     }
     if (runSmall(C, S, SmallInvoke{F.Type, F.Seq, F.CodeId}, F.Payload))

@@ -29,6 +29,7 @@
 
 #include "Frame.h"
 #include "Jit.h"
+#include "Sandbox.h"
 #include "Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -86,6 +87,7 @@ struct RuntimeCounters {
   uint64_t ErrorsReceived = 0;           ///< Error frames a sender got.
   uint64_t FramesSent = 0;               ///< Frames of any type sent.
   uint64_t BytesSent = 0;                ///< Their header + body bytes.
+  uint64_t SandboxTraps = 0; ///< Sandboxed invocations ended by a trap.
 };
 
 struct RuntimeOptions {
@@ -115,6 +117,9 @@ struct RuntimeOptions {
   /// unset: every dictionary of this build (tc::dictionaryIds()). Senders
   /// re-store members compressed with any other as plain zstd.
   std::optional<std::vector<std::string>> Dictionaries;
+  /// Limits of sandboxed code (Mode == LoadMode::Sandbox): fuel, stacks,
+  /// and the memory it may touch besides its payload and locals.
+  SandboxPolicy Sandbox;
 };
 
 /// An error a target sent back about one of our messages.
@@ -207,6 +212,10 @@ public:
   void setTargetArgs(void *Args) {
     Opts.TargetArgs = Args;
     ++ArgsGeneration;
+  }
+  /// Lets sandboxed code touch [Base, Base+Size) too (SandboxPolicy).
+  void addSandboxRegion(const void *Base, size_t Size) {
+    Opts.Sandbox.Regions.push_back({Base, Size});
   }
   void setRegion(const void *Region, size_t Size) {
     Opts.Region = Region;
@@ -377,8 +386,15 @@ private:
   /// onFrame() for every frame but a runnable SmallInvoke.
   LLVM_ATTRIBUTE_NOINLINE void onOtherFrame(ConnId C, llvm::StringRef Header,
                                             llvm::StringRef Body);
-  void callMain(ConnId C, IfuncMainFn Main, void *Args,
+  /// Runs one message: \p L's NAME_main (sandboxed if it was loaded so)
+  /// or, with \p L null, the local function \p LocalName. \p About names
+  /// the message in an Error frame if sandboxed code traps.
+  void callMain(ConnId C, const SmallInvoke &About, const LoadedIfunc *L,
+                const char *LocalName, IfuncMainFn Main, void *Args,
                 llvm::StringRef Payload);
+  LLVM_ATTRIBUTE_NOINLINE void reportTrap(ConnId C, const SmallInvoke &About,
+                                          const LoadedIfunc &L,
+                                          const SandboxTrap &Trap);
   /// Moves \p H to the front of LRU.
   void touch(const ArchiveHash &H);
   /// touch(L.Hash), remembering \p L: the same code again costs a compare.

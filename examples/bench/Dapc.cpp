@@ -92,6 +92,7 @@ struct Params {
   std::vector<uint64_t> Servers, Depths;
   uint64_t Entries, Count, Seed = DAPC_DEFAULT_SEED;
   bool Dapc = true, Am = true, Gbpc = true;
+  bool Sandbox = false; ///< Also dapc on servers run with --exec sandbox.
 };
 
 std::string gbpcPath() {
@@ -194,8 +195,11 @@ void parseModes(const std::string &List, Params &P) {
       P.Am = true;
     else if (M == "gbpc")
       P.Gbpc = true;
+    else if (M == "sandbox")
+      P.Sandbox = true;
     else
-      die("bad mode '" + M + "' in --modes (expected dapc, am, gbpc)");
+      die("bad mode '" + M +
+          "' in --modes (expected dapc, am, gbpc, sandbox)");
   }
 }
 
@@ -212,7 +216,9 @@ OPTIONS:
                    paper used 67108864)
   --count N        Timed chases per point (default 100; --quick 10)
   --seed N         Table seed
-  --modes LIST     Any of dapc,am,gbpc (default all three)
+  --modes LIST     Any of dapc,am,gbpc,sandbox (default the first three;
+                   sandbox: dapc again on servers run with --exec sandbox,
+                   rows 'dapc-sandbox', and the ratio to dapc)
   --hosts FILE     Servers elsewhere: lines 'netns NAME ADDR' (started by
                    tc-bench inside that network namespace, see
                    scripts/netns.sh), 'server HOST:PORT' (a running
@@ -280,6 +286,10 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     // More processes than cores: servers sleep when idle instead of
     // spinning, or they would starve each other and the client.
     bool Blocking = static_cast<long>(S) + 1 > Cores;
+    for (int Sb = 0; Sb <= int(P.Sandbox); ++Sb) {
+    if (Sb && (!Hosts.empty()))
+      die("--modes sandbox runs local servers only (no --hosts)");
+    bool Gbpc = P.Gbpc && !Sb, Am = P.Am && !Sb, Dapc = P.Dapc || Sb;
     std::vector<Child> Tc, Gb;
     for (uint32_t I = 0; I < S; ++I) {
       const Host *H = Hosts.empty() ? nullptr : &Hosts[I];
@@ -292,9 +302,13 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
             "--ifunc-path", O.IfuncPath};
         if (Blocking)
           A.push_back("--blocking");
+        if (Sb) {
+          A.push_back("--exec");
+          A.push_back("sandbox");
+        }
         Tc.push_back(startServer(A, H ? H->Netns : "", Name));
       }
-      if (!P.Gbpc)
+      if (!Gbpc)
         continue;
       if (H && !H->Gbpc.empty()) {
         Gb.push_back(parseAddress(H->Gbpc, "gbpc server"));
@@ -306,7 +320,7 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
                                  "gbpc server " + std::to_string(I)));
       }
     }
-    if (P.Gbpc && Gb.size() != S)
+    if (Gbpc && Gb.size() != S)
       die("the hosts file has no 'gbpc HOST:PORT' line for every server");
 
     ClientWorker C;
@@ -353,9 +367,9 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
              std::to_string(static_cast<long>(Rate)) + " chases/s");
       };
       for (int Local = 0; Local < 2; ++Local) {
-        if (Local ? !P.Am : !P.Dapc)
+        if (Local ? !Am : !Dapc)
           continue;
-        std::string Mode = Local ? "am" : "dapc";
+        std::string Mode = Local ? "am" : Sb ? "dapc-sandbox" : "dapc";
         uint64_t Hops0 = 0, Hops1 = 0;
         for (tc_ep_h E : Eps)
           Hops0 += queryStats(C, E).DapcHops;
@@ -370,7 +384,7 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
               std::to_string((P.Count + S) * Depth));
         Add(Mode, Rate);
       }
-      if (P.Gbpc)
+      if (Gbpc)
         Add("gbpc", chaseGbpc(Gb, P, Depth));
     }
     tc_msg_free(Msg);
@@ -381,6 +395,7 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       stopServer(X);
     for (Child &X : Gb)
       stopServer(X);
+      }
   }
   printRecords(Out, O.Fmt);
   if (O.Fmt == Format::Table) {
@@ -392,6 +407,15 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
               G.Depth == R.Depth)
             std::printf("servers %ld depth %ld: dapc/gbpc %.2f\n", R.Servers,
                         R.Depth, R.Value / G.Value);
+    // What the sandbox costs: dapc-sandbox over dapc, same servers count
+    // and depth, measured in this run.
+    for (const Record &R : Out)
+      if (R.Mode == "dapc-sandbox")
+        for (const Record &D : Out)
+          if (D.Mode == "dapc" && D.Servers == R.Servers &&
+              D.Depth == R.Depth)
+            std::printf("servers %ld depth %ld: dapc/dapc-sandbox rate %.3f\n",
+                        R.Servers, R.Depth, D.Value / R.Value);
   }
   return 0;
 }

@@ -158,6 +158,10 @@ extern "C" void benchDapcSetup(void *Payload, size_t Size, void *) {
     if (I != D.Self && connectString(S.W, Addrs[I], &S.Peers[I]) != TC_OK)
       std::fprintf(stderr, "tc-bench serve: cannot connect to %s\n",
                    Addrs[I].c_str());
+  tc_worker_add_sandbox_region(S.W, S.Shard.data(),
+                               S.Shard.size() * sizeof S.Shard[0]);
+  tc_worker_add_sandbox_region(S.W, S.Peers.data(),
+                               S.Peers.size() * sizeof S.Peers[0]);
   dapc_server_t &X = S.Dapc;
   X.shard = S.Shard.data();
   X.lo = Lo;
@@ -200,7 +204,8 @@ by hand on cluster nodes listed in a --hosts file.
 OPTIONS:
   --listen HOST:PORT  Address to accept connections on (port 0: any)
   --ifunc-path DIR    Where the example archives are
-  --exec MODE         auto | bitcode | object
+  --exec MODE         auto | bitcode | object | sandbox (the server's state
+                      and DAPC shard are the regions sandboxed code may use)
   --max-loaded N      Keep at most N code identities loaded
   --cache-dir DIR     Persistent cache of compiled objects
   --ship always       Attach the archive to every message this server sends
@@ -265,8 +270,20 @@ int runServer(int Argc, char **Argv) {
     CP.exec_mode = TC_EXEC_BITCODE;
   else if (Exec == "object")
     CP.exec_mode = TC_EXEC_OBJECT;
+  else if (Exec == "sandbox")
+    CP.exec_mode = TC_EXEC_SANDBOX;
   else
     die("serve: bad --exec '" + Exec + "'");
+  auto S = std::make_unique<Server>();
+  // Sandboxed ifuncs get the server's state (their target_args point into
+  // it); the DAPC shard and peer list are added when they exist.
+  tc_sandbox_region_t Whole{S.get(), sizeof(Server)};
+  tc_sandbox_params_t SP{};
+  SP.field_mask = TC_SANDBOX_PARAM_FIELD_REGIONS;
+  SP.regions = &Whole;
+  SP.region_count = 1;
+  CP.field_mask |= TC_CONTEXT_PARAM_FIELD_SANDBOX;
+  CP.sandbox = &SP;
   CP.max_loaded = MaxLoaded;
   CP.ship_code = Ship == "always" ? TC_SHIP_CODE_ALWAYS : TC_SHIP_CODE_ONCE;
   if (!CacheDir.empty()) {
@@ -276,7 +293,6 @@ int runServer(int Argc, char **Argv) {
   tc_context_h Ctx;
   if (tc_context_create(&CP, &Ctx) != TC_OK)
     die("serve: cannot create a tc context");
-  auto S = std::make_unique<Server>();
   The = S.get();
   S->Iput.base = S->IputBuf.data();
   S->Iput.size = S->IputBuf.size();

@@ -354,7 +354,8 @@ OPTIONS:
   --rounds N      Steady-state rounds; each figure is the median over them
                   (default 5; --quick 3)
   --modes LIST    Comma-separated subset of am, cached, cached-unbatched,
-                  uncached, object, ucx_am, ucx_perftest, first-contact
+                  uncached, object, sandbox (cached on a --exec sandbox
+                  server), ucx_am, ucx_perftest, first-contact
                   (default: all)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
                   ucx_perftest out of --modes)
@@ -362,7 +363,7 @@ OPTIONS:
 
 const char *const AllModes[] = {
     "am",     "cached", "cached-unbatched", "uncached",
-    "object", "ucx_am", "ucx_perftest",     "first-contact"};
+    "object", "sandbox", "ucx_am", "ucx_perftest", "first-contact"};
 
 std::vector<std::string> parseModes(const std::string &List) {
   std::vector<std::string> Out;
@@ -484,6 +485,12 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       steadyMode(R, "object", S, false, "fca");
       stopServer(S);
     }
+    if (Want("sandbox")) {
+      // The cached TSI again, on a server whose ifuncs run sandboxed.
+      Child S = Serve({"--exec", "sandbox"}, "sandboxed tsi server");
+      steadyMode(R, "sandbox", S, false, "tsi");
+      stopServer(S);
+    }
     if (Want("ucx_am")) {
       note("tsi ucx_am: latency and rate");
       UcxAmFigures F = ucxAmTsi(R.N.Warmup, R.N.LatencyIters, R.N.RateMsgs);
@@ -511,6 +518,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   for (size_t I = 0; I < NumReferences; ++I)
     Paired[I] =
         pairedRatio(R.Out, First, "cached", References[I], "latency_us");
+  double SandboxLat =
+      pairedRatio(R.Out, First, "sandbox", "cached", "latency_us");
+  double SandboxRate =
+      pairedRatio(R.Out, First, "cached", "sandbox", "rate_msgs");
   medianOfRounds(R.Out, First);
 
   if (Want("first-contact")) {
@@ -562,6 +573,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     if (double U = Find("uncached", "latency_us"))
       std::printf("\nuncached/cached latency %.3f", U / Ca);
+    if (Find("sandbox", "latency_us"))
+      std::printf("\nsandbox/cached latency %.3f (paired), cached/sandbox "
+                  "rate %.3f (paired)",
+                  SandboxLat, SandboxRate);
     std::printf("\n");
   }
   return 0;

@@ -70,6 +70,52 @@ private:
   bool Target;
 };
 
+/// Why sandboxed code trapped: the first argument of tc_sandbox_trap and
+/// the kind passed to tc_sandbox_check. Part of the contract between the
+/// instrumentation and the runtime (runtime/Sandbox.cpp), not of the wire.
+enum SandboxTrapCause : unsigned {
+  SandboxTrapLoad = 1,        ///< A read outside the memory it may touch.
+  SandboxTrapStore = 2,       ///< A write outside it.
+  SandboxTrapCall = 3,        ///< An indirect call to a foreign address.
+  SandboxTrapFuel = 4,        ///< The per-invocation fuel budget ran out.
+  SandboxTrapStack = 5,       ///< Machine or shadow stack exhausted.
+  SandboxTrapDivide = 6,      ///< Integer division by zero or overflow.
+  SandboxTrapUnreachable = 7, ///< Reached an `unreachable` (UB in C).
+  SandboxTrapInstruction = 8, ///< __builtin_trap() and friends.
+  SandboxTrapTimeLimit = 9,   ///< Stopped by the runtime's time limit.
+};
+
+/// What sandboxModule lets the code call besides its own functions.
+struct SandboxOptions {
+  /// External functions allowed on top of defaultSandboxCalls(); their
+  /// pointer arguments are not checked (printf and the like).
+  std::vector<std::string> AllowCalls;
+};
+
+/// The external functions sandboxed code may call by default: value-only
+/// libm functions, memcpy/memmove/memset/memcmp/bcmp (their ranges are
+/// checked) and tc_msg_create/tc_msg_payload/tc_msg_send.
+std::vector<std::string> defaultSandboxCalls();
+
+/// Instruments \p M (a prepared target member) for sandboxed execution:
+/// checked memory accesses, a shadow stack for escaping locals, checked
+/// indirect calls, fuel on function entry and retreating edges, a stack
+/// depth check on entry. Refuses (with one error naming every problem)
+/// calls outside the policy, references to external variables, variadic
+/// functions and intrinsics it cannot check. docs/ifunc-abi.md gives the
+/// guarantees.
+llvm::Error sandboxModule(llvm::Module &M, const SandboxOptions &Opts);
+
+/// `tc-sandbox<allow=SYM;allow=SYM...>`: sandboxModule as a module pass.
+class IfuncSandboxPass : public llvm::PassInfoMixin<IfuncSandboxPass> {
+public:
+  explicit IfuncSandboxPass(SandboxOptions Opts) : Opts(std::move(Opts)) {}
+  llvm::PreservedAnalyses run(llvm::Module &M, llvm::ModuleAnalysisManager &);
+
+private:
+  SandboxOptions Opts;
+};
+
 /// Registers the passes above with \p PB (used by the opt plugin).
 void registerIfuncPasses(llvm::PassBuilder &PB);
 

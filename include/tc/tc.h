@@ -67,6 +67,12 @@ typedef enum {
     TC_EXEC_AUTO    = 0, /**< JIT bitcode; link an object if no bitcode. */
     TC_EXEC_BITCODE = 1, /**< JIT-compile a bitcode member, tuned to the CPU. */
     TC_EXEC_OBJECT  = 2, /**< Link a native object member, no code generation. */
+    /** JIT a bitcode member instrumented so that it touches only its
+     *  payload, declared regions, own locals and globals, calls only
+     *  allowed functions and stops when its fuel runs out; a trap ends that
+     *  message only (the sender gets TC_ERR_REMOTE, "sandbox trap").
+     *  Object members are refused. See docs/ifunc-abi.md. */
+    TC_EXEC_SANDBOX = 3,
     TC_EXEC_RANGE_MAX_ = 0x7fffffff /**< Never valid: widens the enum to int. */
 } tc_exec_mode_t;
 
@@ -87,8 +93,42 @@ enum tc_context_params_field {
     TC_CONTEXT_PARAM_FIELD_ALLOW      = TC_BIT(4),
     TC_CONTEXT_PARAM_FIELD_CACHE_DIR  = TC_BIT(5),
     TC_CONTEXT_PARAM_FIELD_SHIP_CODE  = TC_BIT(6),
-    TC_CONTEXT_PARAM_FIELD_TRUST      = TC_BIT(7)
+    TC_CONTEXT_PARAM_FIELD_TRUST      = TC_BIT(7),
+    TC_CONTEXT_PARAM_FIELD_SANDBOX    = TC_BIT(8)
 };
+
+enum tc_sandbox_params_field {
+    TC_SANDBOX_PARAM_FIELD_FUEL        = TC_BIT(0),
+    TC_SANDBOX_PARAM_FIELD_ALLOW_CALLS = TC_BIT(1),
+    TC_SANDBOX_PARAM_FIELD_REGIONS     = TC_BIT(2),
+    TC_SANDBOX_PARAM_FIELD_STACK_SIZE  = TC_BIT(3)
+};
+
+/** Memory sandboxed code may read and write. */
+typedef struct tc_sandbox_region {
+    void  *base;
+    size_t size;
+} tc_sandbox_region_t;
+
+/** The policy of TC_EXEC_SANDBOX (copied by tc_context_create). */
+typedef struct tc_sandbox_params {
+    uint64_t field_mask;
+    /** Fuel per message: one unit per function call and loop iteration;
+     *  default 100000000. */
+    uint64_t fuel;
+    /** Functions allowed besides the default list (libm, memcpy & co with
+     *  checked ranges, tc_msg_create/_payload/_send); their pointer
+     *  arguments are not checked. */
+    const char *const *allow_calls;
+    size_t             allow_count;
+    /** The memory sandboxed code may touch besides its payload, locals and
+     *  globals: target_args has no size, so declare it here. The regions
+     *  must outlive the context. */
+    const tc_sandbox_region_t *regions;
+    size_t                     region_count;
+    /** Machine stack a message may use; default 1 MiB. */
+    size_t   stack_size;
+} tc_sandbox_params_t;
 
 typedef struct tc_context_params {
     uint64_t       field_mask;  /**< Which fields below are set. */
@@ -110,6 +150,9 @@ typedef struct tc_context_params {
      *  (with allow_hashes too, both must admit an archive). */
     const uint8_t (*trusted_keys)[32];
     size_t         trusted_key_count;
+    /** The sandbox's policy (TC_EXEC_SANDBOX); default: only the default
+     *  calls, no memory beyond payload, locals and globals. */
+    const tc_sandbox_params_t *sandbox;
 } tc_context_params_t;
 
 enum tc_worker_params_field {
@@ -169,6 +212,7 @@ typedef struct tc_worker_stats {
     uint64_t batches_sent;   /**< UCX active messages carrying several frames
                                   (see tc_worker_params_t::coalesce) */
     uint64_t batched_frames; /**< and the frames they carried. */
+    uint64_t sandbox_traps;  /**< Sandboxed messages ended by a trap. */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);
@@ -208,6 +252,12 @@ tc_status_t tc_worker_query_stats(tc_worker_h worker,
  *  next time they use it. Not from inside NAME_main or a local function
  *  (TC_ERR_INVALID_PARAM there): the running code would be freed. */
 tc_status_t tc_worker_evict_code(tc_worker_h worker);
+/** @brief Lets sandboxed code on @p worker read and write
+ *  [@p base, @p base + @p size) from now on (memory that exists only after
+ *  the context was created). May be called from a local function
+ *  (tc_worker_register_local), never from sandboxed code. */
+tc_status_t tc_worker_add_sandbox_region(tc_worker_h worker, void *base,
+                                         size_t size);
 
 /** @brief Inside NAME_main or a local function: the endpoint the running
  *  message came on, to answer its sender; NULL elsewhere, or when the

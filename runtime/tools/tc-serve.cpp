@@ -2,11 +2,13 @@
 //
 // Listens for connections, runs every ifunc that arrives with one zeroed
 // memory region as its target_args, lets senders read that region, and on
-// SIGINT/SIGTERM prints its counters and exits 0. Idle, it blocks in the
-// transport's wait: no CPU.
+// SIGINT/SIGTERM prints its counters and exits 0 (at once, from the signal
+// handler, if an ifunc is running). Idle, it blocks in the transport's
+// wait: no CPU.
 //
 //===----------------------------------------------------------------------===//
 
+#include "Guard.h"
 #include "Runtime.h"
 #include "ToolSupport.h"
 
@@ -18,9 +20,13 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <pthread.h>
+#include <thread>
+#include <unistd.h>
 
 using namespace llvm;
 using namespace tc;
@@ -43,7 +49,20 @@ OPTIONS:
   --max-loaded N       Keep at most N code identities loaded (0: no limit)
   --cache-dir DIR      Keep compiled objects in DIR, so a restarted target
                        (or another one sharing DIR) skips the JIT
-  --exec MODE          auto | bitcode | object
+  --exec MODE          auto | bitcode | object | sandbox. sandbox: JIT a
+                       bitcode member instrumented so that it touches only
+                       its payload, the region, its locals and globals,
+                       calls only allowed functions and stops when its fuel
+                       runs out; a trap ends that message only (the sender
+                       gets a 'sandbox trap' error). docs/ifunc-abi.md
+  --fuel N             Sandbox: fuel per message, one unit per function call
+                       and loop iteration (100000000)
+  --sandbox-allow SYM  Sandbox: also allow calls to SYM (repeatable); its
+                       pointer arguments are not checked
+  --max-run-ms N       Report a message that runs longer than N ms: in
+                       sandbox mode it is stopped (a 'sandbox trap' error);
+                       otherwise tc-serve names the ifunc and exits 1, as
+                       code without the sandbox cannot be interrupted safely
   --ifunc-path DIRS    Load every NAME.tcfb in these ':'-separated
                        directories at start, so their first messages find
                        the code ready (no JIT on first contact)
@@ -52,6 +71,9 @@ OPTIONS:
 )";
 
 static std::atomic<bool> Stop{false};
+/// Set by the watchdog before it stops the process over a runaway ifunc.
+static std::atomic<bool> Runaway{false};
+static const RuntimeCounters *CounterSource = nullptr;
 
 /// The built-in local function: the TSI ifunc, linked in ahead of time.
 extern "C" void tcServeIncrement(void *, size_t, void *Region) {
@@ -59,10 +81,85 @@ extern "C" void tcServeIncrement(void *, size_t, void *Region) {
 }
 static Transport *SignalTarget = nullptr;
 
+/// Writes the counters; async-signal-safe (no allocation, write(2) only),
+/// so the signal handler can use it while an ifunc runs.
+static void printCounters(const RuntimeCounters &C) {
+  char Buf[1024];
+  uint64_t Errors = 0;
+  for (const auto &KV : C.Errors)
+    Errors += KV.second;
+  SignalSafeWriter W(Buf, sizeof Buf);
+  W << "tc-serve: received ";
+  W.dec(C.Received) << ", executed ";
+  W.dec(C.Executed) << ", code frames ";
+  W.dec(C.CodeFrames) << ", cache hits ";
+  W.dec(C.CacheHits) << ", compiles ";
+  W.dec(C.Compiles) << " (";
+  W.fixed2(C.CompileMillis) << " ms), code requests ";
+  W.dec(C.CodeRequests) << ", evictions ";
+  W.dec(C.Evictions) << ", errors ";
+  W.dec(Errors) << ", disk cache hits ";
+  W.dec(C.DiskCacheHits) << "\n";
+  W.flush(1);
+  for (const auto &KV : C.Errors) {
+    SignalSafeWriter E(Buf, sizeof Buf);
+    E << "tc-serve: errors: " << wireStatusName(KV.first).data() << ": ";
+    E.dec(KV.second) << "\n";
+    E.flush(1);
+  }
+}
+
 extern "C" void onSignal(int) {
+  if (guard::ActiveDepth.load(std::memory_order_relaxed) && CounterSource) {
+    // An ifunc holds the dispatching thread and may never return to the
+    // loop below: name it, print the counters and leave from here.
+    char Buf[512], Run[400];
+    formatRun(guard::ActiveCode.load(), guard::ActiveLocal.load(),
+              guard::ActiveConn.load(), Run, sizeof Run);
+    SignalSafeWriter W(Buf, sizeof Buf);
+    W << "tc-serve: stopping while " << Run << " runs\n";
+    W.flush(1);
+    printCounters(*CounterSource);
+    _exit(Runaway ? 1 : 0);
+  }
   Stop = true;
   if (SignalTarget)
     SignalTarget->signal();
+}
+
+/// --max-run-ms: samples the dispatcher every half limit; an invocation
+/// seen running at three samples in a row ran for at least the limit.
+static void watchdog(unsigned LimitMs, std::atomic<bool> &Quit) {
+  auto Period = std::chrono::milliseconds(std::max(1u, LimitMs / 2));
+  uint64_t LastEpoch = ~uint64_t(0);
+  unsigned Seen = 0;
+  while (!Quit.load()) {
+    std::this_thread::sleep_for(Period);
+    uint64_t E = guard::Epoch.load(std::memory_order_acquire);
+    if (!guard::ActiveDepth.load(std::memory_order_relaxed) || E != LastEpoch) {
+      LastEpoch = E;
+      Seen = 0;
+      continue;
+    }
+    if (++Seen < 2)
+      continue;
+    Seen = 0;
+    const LoadedIfunc *Code = guard::ActiveCode.load();
+    if (Code && Code->Sandboxed) {
+      requestSandboxStop(); // It traps at its next call or loop iteration.
+      continue;
+    }
+    char Buf[512], Run[400];
+    formatRun(Code, guard::ActiveLocal.load(), guard::ActiveConn.load(), Run,
+              sizeof Run);
+    SignalSafeWriter W(Buf, sizeof Buf);
+    W << "tc-serve: " << Run << " has run longer than --max-run-ms=";
+    W.dec(LimitMs) << "; ending the process\n";
+    W.flush(2);
+    Runaway = true;
+    kill(getpid(), SIGTERM); // The handler prints the counters.
+    return;
+  }
 }
 
 /// Loads every NAME.tcfb in the ':'-separated \p Dirs (sorted by name, so
@@ -127,7 +224,7 @@ static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
 int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
-                      Exec = "auto", IfuncPath, V, OptError;
+                      Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
   bool Verbose = false;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
@@ -142,6 +239,11 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--max-loaded", MaxLoaded, OptError) ||
                takeOption(argc, argv, I, "--exec", Exec, OptError) ||
                takeOption(argc, argv, I, "--ifunc-path", IfuncPath, OptError)) {
+    } else if (takeOption(argc, argv, I, "--fuel", Fuel, OptError) ||
+               takeOption(argc, argv, I, "--max-run-ms", MaxRunMs,
+                          OptError)) {
+    } else if (takeOption(argc, argv, I, "--sandbox-allow", V, OptError)) {
+      Opts.Jit.Sandbox.AllowCalls.push_back(V);
     } else if (takeOption(argc, argv, I, "--cache-dir", V, OptError)) {
       Opts.Jit.CacheDir = V;
     } else if (takeOption(argc, argv, I, "--trust", V, OptError)) {
@@ -177,9 +279,23 @@ int main(int argc, char **argv) {
     Opts.Mode = LoadMode::Bitcode;
   else if (Exec == "object")
     Opts.Mode = LoadMode::Object;
+  else if (Exec == "sandbox")
+    Opts.Mode = LoadMode::Sandbox;
   else
     return toolError(Tool, "bad --exec '" + Exec +
-                               "' (expected auto, bitcode or object)");
+                               "' (expected auto, bitcode, object or "
+                               "sandbox)");
+  if (!Fuel.empty() &&
+      (StringRef(Fuel).getAsInteger(10, Opts.Sandbox.Fuel) ||
+       Opts.Sandbox.Fuel == 0 || Opts.Sandbox.Fuel > uint64_t(INT64_MAX)))
+    return toolError(Tool, "bad --fuel '" + Fuel + "'");
+  unsigned MaxRun = 0;
+  if (!MaxRunMs.empty() &&
+      (StringRef(MaxRunMs).getAsInteger(10, MaxRun) || MaxRun == 0))
+    return toolError(Tool, "bad --max-run-ms '" + MaxRunMs + "'");
+  if (Opts.Mode != LoadMode::Sandbox &&
+      (!Fuel.empty() || !Opts.Jit.Sandbox.AllowCalls.empty()))
+    return toolError(Tool, "--fuel and --sandbox-allow need --exec sandbox");
   if (!Allow.empty()) {
     auto L = readAllowList(Allow);
     if (!L)
@@ -196,6 +312,7 @@ int main(int argc, char **argv) {
   Opts.TargetArgs = Region.get();
   Opts.Region = Region.get();
   Opts.RegionSize = Size;
+  Opts.Sandbox.TargetArgsSize = Size;
 
   auto T = createUcxTransport();
   if (!T)
@@ -218,32 +335,46 @@ int main(int argc, char **argv) {
   if (!Port)
     return toolError(Tool, toString(Port.takeError()));
 
+  // After the transport: ours must be the fatal-signal handlers that run
+  // first (UCX's backtrace printer stays for faults outside ifunc code).
+  installFaultAttribution(Tool);
   SignalTarget = &R.transport();
+  CounterSource = &R.counters();
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
+  std::atomic<bool> QuitWatchdog{false};
+  std::thread Watchdog;
+  if (MaxRun) {
+    // Signals go to this thread, which dispatches, not to the watchdog.
+    sigset_t Block, Old;
+    sigemptyset(&Block);
+    sigaddset(&Block, SIGINT);
+    sigaddset(&Block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &Block, &Old);
+    Watchdog = std::thread(watchdog, MaxRun, std::ref(QuitWatchdog));
+    pthread_sigmask(SIG_SETMASK, &Old, nullptr);
+  }
   outs() << "tc-serve: listening on " << HP->first << ":" << *Port << "\n";
   outs().flush();
 
+  std::string Failed;
   while (!Stop) {
     if (R.progress())
       continue;
-    if (Error E = R.wait(-1))
-      return toolError(Tool, toString(std::move(E)));
+    if (Error E = R.wait(-1)) {
+      Failed = toString(std::move(E));
+      break;
+    }
   }
 
-  const RuntimeCounters &C = R.counters();
-  uint64_t Errors = 0;
-  for (const auto &KV : C.Errors)
-    Errors += KV.second;
-  outs() << formatv("tc-serve: received {0}, executed {1}, code frames {2}, "
-                    "cache hits {3}, compiles {4} ({5:f2} ms), code requests "
-                    "{6}, evictions {7}, errors {8}, disk cache hits {9}\n",
-                    C.Received, C.Executed, C.CodeFrames, C.CacheHits,
-                    C.Compiles, C.CompileMillis, C.CodeRequests, C.Evictions,
-                    Errors, C.DiskCacheHits);
-  for (const auto &KV : C.Errors)
-    outs() << "tc-serve: errors: " << wireStatusName(KV.first) << ": "
-           << KV.second << "\n";
+  QuitWatchdog = true;
+  if (Watchdog.joinable())
+    Watchdog.join();
+  if (!Failed.empty())
+    return toolError(Tool, Failed);
+  outs().flush();
+  printCounters(R.counters());
   SignalTarget = nullptr;
+  CounterSource = nullptr;
   return 0;
 }

@@ -56,7 +56,8 @@ config.substitutions.append(("%with_server", '"%s" "%s"' % (
 
 # UCX settings and sanitizer options reach every test process.
 for var, value in os.environ.items():
-    if var.startswith("UCX_") or var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    if var.startswith("UCX_") or var in ("ASAN_OPTIONS", "UBSAN_OPTIONS",
+                                          "TSAN_OPTIONS"):
         config.environment[var] = value
 
 # A project built against a sanitized install must link the sanitizers too.
@@ -64,6 +65,11 @@ consumer_flags = ""
 if config.tc_sanitize:
     config.available_features.add("sanitizer")
     consumer_flags = ("-DCMAKE_C_FLAGS=-fsanitize=address,undefined "
+                      "-DCMAKE_C_COMPILER=clang-22")
+if config.tc_sanitize_thread:
+    config.available_features.add("sanitizer")
+    config.available_features.add("tsan")
+    consumer_flags = ("-DCMAKE_C_FLAGS=-fsanitize=thread "
                       "-DCMAKE_C_COMPILER=clang-22")
 config.substitutions.append(("%consumer_cmake_flags", consumer_flags))
 

@@ -394,6 +394,119 @@ define void @bad_main(ptr %p, i64 %n, ptr %t) {
   tc_context_destroy(Ctx);
 }
 
+TEST(CApi, SandboxTrapEndsOneMessageAndIsReported) {
+  // The target runs sandboxed with target_args declared as an 8-byte
+  // region: a write past it traps, is reported to the sender, and the
+  // next message runs.
+  uint64_t Counter[2] = {0, 0};
+  tc_sandbox_region_t Region{&Counter[0], sizeof Counter[0]};
+  tc_sandbox_params_t SP;
+  SP.field_mask = TC_SANDBOX_PARAM_FIELD_REGIONS | TC_SANDBOX_PARAM_FIELD_FUEL;
+  SP.regions = &Region;
+  SP.region_count = 1;
+  SP.fuel = 1000;
+  tc_context_params_t CP;
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_EXEC_MODE |
+                  TC_CONTEXT_PARAM_FIELD_SANDBOX;
+  CP.exec_mode = TC_EXEC_SANDBOX;
+  CP.sandbox = &SP;
+  tc_context_h TCtx;
+  ASSERT_EQ(tc_context_create(&CP, &TCtx), TC_OK);
+  tc_worker_params_t TP;
+  TP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+  TP.target_args = &Counter[0];
+  tc_worker_h Target;
+  ASSERT_EQ(tc_worker_create(TCtx, &TP, &Target), TC_OK);
+  uint16_t Port;
+  ASSERT_EQ(tc_worker_listen(Target, "127.0.0.1", 0, &Port), TC_OK);
+
+  struct Seen {
+    int N = 0;
+    tc_status_t S = TC_OK;
+    std::string Msg;
+  } Got;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_ERROR_CB;
+  WP.error_cb = [](void *Arg, tc_ep_h, uint32_t, tc_status_t S,
+                   const char *Msg) {
+    auto *G = static_cast<Seen *>(Arg);
+    ++G->N;
+    G->S = S;
+    G->Msg = Msg;
+  };
+  WP.error_arg = &Got;
+  tc_worker_h W;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(W, "127.0.0.1", Port, &Ep), TC_OK);
+  std::string Inc = ifuncArchive("inc", R"(
+define void @inc_main(ptr %p, i64 %n, ptr %t) {
+  %v = load i64, ptr %t
+  %w = add i64 %v, 1
+  store i64 %w, ptr %t
+  ret void
+})");
+  std::string Past = ifuncArchive("past", R"(
+define void @past_main(ptr %p, i64 %n, ptr %t) {
+  %q = getelementptr i8, ptr %t, i64 8
+  store i64 7, ptr %q
+  ret void
+})");
+  tc_ifunc_h FI, FP;
+  ASSERT_EQ(tc_ifunc_register_archive(W, Inc.data(), Inc.size(), &FI), TC_OK);
+  ASSERT_EQ(tc_ifunc_register_archive(W, Past.data(), Past.size(), &FP),
+            TC_OK);
+  tc_msg_h MI, MP;
+  ASSERT_EQ(tc_msg_create(FI, nullptr, 0, &MI), TC_OK);
+  ASSERT_EQ(tc_msg_create(FP, nullptr, 0, &MP), TC_OK);
+  ASSERT_EQ(tc_msg_send(Ep, MI, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(tc_msg_send(Ep, MP, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(tc_msg_send(Ep, MI, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({W, Target}, [&] {
+    return Got.N == 1 && Counter[0] == 2;
+  }));
+  EXPECT_EQ(Got.S, TC_ERR_REMOTE);
+  EXPECT_NE(Got.Msg.find("ifunc 'past' ("), std::string::npos) << Got.Msg;
+  EXPECT_NE(Got.Msg.find("out-of-bounds store of 8 bytes"), std::string::npos)
+      << Got.Msg;
+  EXPECT_EQ(Counter[1], 0u);
+  tc_worker_stats_t St;
+  ASSERT_EQ(tc_worker_query_stats(Target, &St), TC_OK);
+  EXPECT_EQ(St.sandbox_traps, 1u);
+  EXPECT_EQ(St.executed, 2u);
+  EXPECT_EQ(St.errors, 1u);
+  tc_msg_free(MI);
+  tc_msg_free(MP);
+  tc_ifunc_deregister(FI);
+  tc_ifunc_deregister(FP);
+  tc_ep_destroy(Ep);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
+  tc_worker_destroy(Target);
+  tc_context_destroy(TCtx);
+}
+
+TEST(CApi, SandboxParametersAreChecked) {
+  tc_sandbox_params_t SP;
+  SP.field_mask = TC_SANDBOX_PARAM_FIELD_FUEL;
+  SP.fuel = 0;
+  tc_context_params_t CP;
+  CP.field_mask = TC_CONTEXT_PARAM_FIELD_SANDBOX;
+  CP.sandbox = &SP;
+  tc_context_h C = nullptr;
+  EXPECT_EQ(tc_context_create(&CP, &C), TC_ERR_INVALID_PARAM);
+  CP.sandbox = nullptr;
+  EXPECT_EQ(tc_context_create(&CP, &C), TC_ERR_INVALID_PARAM);
+  SP.field_mask = TC_SANDBOX_PARAM_FIELD_REGIONS;
+  SP.regions = nullptr;
+  SP.region_count = 1;
+  CP.sandbox = &SP;
+  EXPECT_EQ(tc_context_create(&CP, &C), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(C, nullptr);
+}
+
 } // namespace
 
 namespace {

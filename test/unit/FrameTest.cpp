@@ -211,6 +211,14 @@ TEST(Frame, DefectsHaveSpecificMessages) {
   M = encodeFrame(E);
   llvm::support::endian::write32le(&M[12], 77);
   EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown error status 77");
+  // The last status there is decodes; the one after it does not.
+  llvm::support::endian::write32le(&M[12], 13);
+  llvm::Expected<Frame> Trap = decodeFrame(M);
+  ASSERT_TRUE(!!Trap) << llvm::toString(Trap.takeError());
+  EXPECT_EQ(Trap->Status, WireStatus::SandboxTrap);
+  EXPECT_EQ(wireStatusName(Trap->Status), "sandbox trap");
+  llvm::support::endian::write32le(&M[12], 14);
+  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown error status 14");
   Frame Fence;
   Fence.Type = FrameType::Fence;
   M = encodeFrame(Fence);
