@@ -103,7 +103,7 @@ static void on_probe(void *arg, tc_status_t s) {
 
 int main(int argc, char **argv) {
   uint64_t chases = 100, depth = 64, entries = 1 << 16;
-  uint64_t timeout_ms = 30000;
+  uint64_t timeout_ms = 30000, barriers = 0;
   long kill_rank = -1;
   const char *ifunc_path = getenv("TC_IFUNC_PATH");
   char path_buf[PATH_MAX];
@@ -115,6 +115,8 @@ int main(int argc, char **argv) {
       depth = parse_count(a, v), ++i;
     else if (!strcmp(a, "--entries"))
       entries = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--barriers"))
+      barriers = parse_count(a, v), ++i;
     else if (!strcmp(a, "--timeout"))
       timeout_ms = parse_count(a, v), ++i;
     else if (!strcmp(a, "--ifunc-path") && v)
@@ -126,9 +128,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--help")) {
       puts("USAGE: mpirun -n N tc-mpi-chase [--chases C] [--depth D] "
            "[--entries E]\n"
-           "         [--timeout MS] [--ifunc-path DIR] [-v]\n"
+           "         [--timeout MS] [--ifunc-path DIR] [--barriers K] [-v]\n"
            "Rank 0 injects C pointer chases of depth D into a table of E "
-           "entries\nsharded over all N ranks and checks every end value.");
+           "entries\nsharded over all N ranks and checks every end value.\n"
+           "-v: timings on stderr; --barriers K: first time K job-wide "
+           "barriers (the\nPMIx fence without data).");
       return 0;
     } else
       die("unknown argument '%s' (try --help)", a);
@@ -164,7 +168,31 @@ int main(int argc, char **argv) {
     die("cannot create a PMIx-bootstrapped worker: %s", tc_status_string(st));
   double t_create = now_ms() - t0;
   tc_worker_query_rank(w, &self_rank, &job_size);
-  note("worker created and wired up (publish + fence) in %.2f ms", t_create);
+  {
+    void *addr;
+    size_t len = 0;
+    if (tc_worker_get_address(w, &addr, &len) == TC_OK)
+      tc_worker_release_address(w, addr);
+    note("worker created and wired up (publish %zu-byte address + fence) in "
+         "%.2f ms", len, t_create);
+  }
+  /* How long a job-wide fence takes once every rank is up. */
+  double t_barriers = now_ms();
+  for (uint64_t b = 0; b < barriers; ++b) {
+    barrier_done = 0;
+    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+      die("cannot enter a barrier: %s", tc_status_string(st));
+    while (!barrier_done)
+      if (!tc_worker_progress(w))
+        tc_worker_wait(w, 100);
+    if (barrier_status != TC_OK)
+      die("a barrier failed: %s", tc_status_string(barrier_status));
+  }
+  if (barriers && self_rank == 0)
+    fprintf(stderr, "tc-mpi-chase: %u ranks: %llu barriers, %.3f ms each\n",
+            job_size, (unsigned long long)barriers,
+            (now_ms() - t_barriers) / (double)barriers);
+  barrier_done = 0;
   if (entries < job_size)
     die("--entries %llu is less than the %u ranks",
         (unsigned long long)entries, job_size);
