@@ -227,9 +227,18 @@ int main(int argc, char **argv) {
   tc_worker_set_target_args(w, "dapc_result", &client);
   tc_worker_register_local(w, "mpi_chase.stop", on_stop);
 
-  /* Fault injection for the tests: this rank dies after the wire-up. */
-  if (kill_rank == (long)self_rank)
-    raise(SIGKILL);
+  /* Fault injection for the tests: this rank dies once every rank has
+   * connected (a barrier, so that no connect races the death). */
+  if (kill_rank >= 0) {
+    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+      die("cannot enter a barrier: %s", tc_status_string(st));
+    while (!barrier_done)
+      if (!tc_worker_progress(w))
+        tc_worker_wait(w, 100);
+    barrier_done = 0;
+    if (kill_rank == (long)self_rank)
+      raise(SIGKILL);
+  }
 
   char failure[200] = "";
   if (self_rank == 0) {
