@@ -51,15 +51,14 @@ config.substitutions.append(("%with_server", '"%s" "%s"' % (
     os.path.join(config.test_source_root, "runtime", "Inputs",
                  "with-server.py"))))
 
-# --- PMIx bootstrap (issue #20): jobs launched by Open MPI's mpirun, as
-# root, oversubscribed on this machine, its out-of-band wire-up on loopback
-# only, bounded (timeout -k: mpirun forwards the TERM to its ranks).
+# --- PMIx bootstrap (issue #20): jobs launched by Open MPI's mpirun
+# (Inputs/mpirun.sh: as root, oversubscribed, loopback, bounded, a session
+# directory per run).
 import shutil
 if config.tc_with_pmix and shutil.which("mpirun"):
     config.available_features.add("pmix")
-config.substitutions.append(("%mpirun", "timeout -k 10 120 mpirun "
-                             "--allow-run-as-root --oversubscribe "
-                             "--mca oob_tcp_if_include lo"))
+config.substitutions.append(("%mpirun", '"%s"' % os.path.join(
+    config.test_source_root, "Inputs", "mpirun.sh")))
 # --- end PMIx
 
 # UCX settings and sanitizer options reach every test process.
