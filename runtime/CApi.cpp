@@ -8,14 +8,17 @@
 
 #include "tc/tc.h"
 
+#include "Bootstrap.h"
 #include "Runtime.h"
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <new>
 
 using namespace tc;
@@ -30,8 +33,25 @@ struct tc_ep {
   ConnId Conn;
 };
 
+/// A tc_worker_barrier_nb() in flight. PMIx completes it on its own thread:
+/// that thread only stores the result and wakes the worker; the callback
+/// runs from tc_worker_progress(). Shared, so a barrier that ends after
+/// its worker was destroyed touches only this.
+struct BarrierState {
+  std::atomic<int> Result{0}; ///< 0: pending, 1: done, 2: failed.
+  std::mutex Lock;
+  Transport *Wake = nullptr; ///< Cleared by tc_worker_destroy().
+  tc_send_cb_t CB = nullptr;
+  void *Arg = nullptr;
+};
+
 struct tc_worker {
   tc_context *Ctx = nullptr;
+  // --- PMIx bootstrap (issue #20)
+  std::unique_ptr<Bootstrap> Boot;
+  std::map<uint32_t, std::string> RankAddrs; ///< Fetched on first connect.
+  std::vector<std::shared_ptr<BarrierState>> Barriers;
+  // --- end PMIx bootstrap
   std::unique_ptr<Runtime> RT;
   std::map<ConnId, tc_ep *> Eps;
   tc_remote_error_cb_t ErrorCB = nullptr;
@@ -112,6 +132,8 @@ const char *tc_status_string(tc_status_t Status) {
     return "rejected by the target";
   case TC_ERR_TIMED_OUT:
     return "timed out";
+  case TC_ERR_UNSUPPORTED:
+    return "not supported by this build";
   default:
     break;
   }
@@ -247,6 +269,18 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
     W->AcceptCB = P->accept_cb;
     W->AcceptArg = P->accept_arg;
   }
+  bool UsePmix = false;
+  if (Mask & TC_WORKER_PARAM_FIELD_BOOTSTRAP) {
+    int B = P->bootstrap;
+    if (B == TC_BOOTSTRAP_PMIX) {
+      if (!havePmix())
+        return fail(TC_ERR_UNSUPPORTED, "tc_worker_create: this libtc was "
+                                        "built without PMIx");
+      UsePmix = true;
+    } else if (B != TC_BOOTSTRAP_NONE) {
+      return fail(TC_ERR_INVALID_PARAM, "tc_worker_create: bad bootstrap");
+    }
+  }
   UcxTransportOptions TOpts;
   if (Mask & TC_WORKER_PARAM_FIELD_COALESCE)
     TOpts.Coalesce = P->coalesce != 0;
@@ -285,6 +319,20 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
       Raw->Eps.erase(It);   // tc_ep_destroy() no longer finds it here.
     }
   });
+  if (UsePmix) {
+    // Publish the worker address under our rank, then meet every rank.
+    llvm::Expected<std::unique_ptr<Bootstrap>> B = createPmixBootstrap();
+    if (!B)
+      return fail(TC_ERR_UNREACHABLE, B.takeError());
+    llvm::Expected<std::string> A = W->RT->transport().address();
+    if (!A)
+      return fail(TC_ERR_IO, A.takeError());
+    if (llvm::Error E = (*B)->put(BootstrapAddressKey, *A))
+      return fail(TC_ERR_IO, std::move(E));
+    if (llvm::Error E = (*B)->fence())
+      return fail(TC_ERR_IO, std::move(E));
+    W->Boot = std::move(*B);
+  }
   *Out = W.release();
   return TC_OK;
 }
@@ -294,10 +342,41 @@ void tc_worker_destroy(tc_worker_h W) {
     return;
   for (auto &KV : W->Eps)
     KV.second->W = nullptr;
+  for (auto &B : W->Barriers) {
+    std::lock_guard<std::mutex> G(B->Lock);
+    B->Wake = nullptr;
+  }
   delete W;
 }
 
-int tc_worker_progress(tc_worker_h W) { return W && W->RT->progress(); }
+/// Runs the callbacks of barriers that ended (on the worker's thread).
+static bool progressBarriers(tc_worker_h W) {
+  if (W->Barriers.empty())
+    return false;
+  bool Did = false;
+  for (size_t I = 0; I < W->Barriers.size();) {
+    std::shared_ptr<BarrierState> B = W->Barriers[I];
+    int R = B->Result.load();
+    if (!R) {
+      ++I;
+      continue;
+    }
+    W->Barriers.erase(W->Barriers.begin() + I);
+    Did = true;
+    if (B->CB)
+      B->CB(B->Arg, R == 1 ? TC_OK
+                           : fail(TC_ERR_IO, "tc_worker_barrier_nb: the "
+                                             "barrier failed (a rank died?)"));
+  }
+  return Did;
+}
+
+int tc_worker_progress(tc_worker_h W) {
+  if (!W)
+    return 0;
+  bool Did = W->RT->progress();
+  return progressBarriers(W) || Did;
+}
 
 tc_status_t tc_worker_wait(tc_worker_h W, int TimeoutMs) {
   if (!W)
@@ -437,6 +516,61 @@ static llvm::unique_function<void(llvm::Error)> completion(tc_send_cb_t CB,
     CB(Arg, S);
   };
 }
+
+// --- PMIx bootstrap (issue #20)
+tc_status_t tc_worker_query_rank(tc_worker_h W, uint32_t *RankOut,
+                                 uint32_t *SizeOut) {
+  if (!W)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_query_rank: worker is NULL");
+  if (!W->Boot)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_query_rank: the worker has "
+                                      "no bootstrap");
+  if (RankOut)
+    *RankOut = W->Boot->rank();
+  if (SizeOut)
+    *SizeOut = W->Boot->size();
+  return TC_OK;
+}
+
+tc_status_t tc_ep_connect_rank(tc_worker_h W, uint32_t Rank, tc_ep_h *Out) {
+  if (!W || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_connect_rank: NULL argument");
+  if (!W->Boot)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_connect_rank: the worker has "
+                                      "no bootstrap");
+  auto It = W->RankAddrs.find(Rank);
+  if (It == W->RankAddrs.end()) {
+    llvm::Expected<std::string> A = W->Boot->get(Rank, BootstrapAddressKey);
+    if (!A)
+      return fail(Rank >= W->Boot->size() ? TC_ERR_INVALID_PARAM
+                                          : TC_ERR_UNREACHABLE,
+                  A.takeError());
+    It = W->RankAddrs.emplace(Rank, std::move(*A)).first;
+  }
+  return newEp(W, W->RT->transport().connectAddress(It->second), Out);
+}
+
+tc_status_t tc_worker_barrier_nb(tc_worker_h W, tc_send_cb_t CB, void *Arg) {
+  if (!W)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_barrier_nb: worker is NULL");
+  if (!W->Boot)
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_barrier_nb: the worker has "
+                                      "no bootstrap");
+  auto B = std::make_shared<BarrierState>();
+  B->Wake = &W->RT->transport();
+  B->CB = CB;
+  B->Arg = Arg;
+  if (llvm::Error E = W->Boot->barrierAsync([B](bool Ok) {
+        B->Result.store(Ok ? 1 : 2);
+        std::lock_guard<std::mutex> G(B->Lock);
+        if (B->Wake)
+          B->Wake->signal();
+      }))
+    return fail(TC_ERR_IO, std::move(E));
+  W->Barriers.push_back(std::move(B));
+  return TC_INPROGRESS;
+}
+// --- end PMIx bootstrap
 
 tc_status_t tc_ep_flush_nb(tc_ep_h E, tc_send_cb_t CB, void *Arg) {
   if (!E || !E->W)

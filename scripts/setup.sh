@@ -15,6 +15,9 @@ PACKAGES=(
   libgtest-dev iproute2
   # scripts/plot.py (Debian's /usr/bin/python3; never pip)
   python3-matplotlib
+  # PMIx bootstrap (issue #20): libtc's wire-up under mpirun / srun, and
+  # Open MPI's mpirun (a PMIx server) for its tests
+  libpmix-dev openmpi-bin
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
   # aarch64 cross build and its tests under qemu (scripts/build-aarch64.sh,

@@ -370,7 +370,7 @@ ClientWorker::~ClientWorker() {
 }
 
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
-                bool ShipAlways, bool Coalesce) {
+                bool ShipAlways, bool Coalesce, bool Pmix) {
   tc_context_params_t CP{};
   CP.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH |
                   TC_CONTEXT_PARAM_FIELD_SHIP_CODE;
@@ -383,8 +383,14 @@ void makeClient(ClientWorker &C, const std::string &IfuncPath,
                   TC_WORKER_PARAM_FIELD_COALESCE;
   WP.target_args = &C.Counter;
   WP.coalesce = Coalesce;
+  if (Pmix) { // Wire up through mpirun / srun (tc-bench dapc --pmix).
+    WP.field_mask |= TC_WORKER_PARAM_FIELD_BOOTSTRAP;
+    WP.bootstrap = TC_BOOTSTRAP_PMIX;
+  }
   if (tc_worker_create(C.Ctx, &WP, &C.W) != TC_OK)
-    die("cannot create a tc worker");
+    die(Pmix ? "cannot wire up through PMIx (started by mpirun or srun "
+               "--mpi=pmix?)"
+             : "cannot create a tc worker");
   if (tc_worker_register_local(C.W, "tsi", tsi_main) != TC_OK ||
       tc_worker_register_local(C.W, "bench.stats", benchClientStats) !=
           TC_OK ||
@@ -393,6 +399,8 @@ void makeClient(ClientWorker &C, const std::string &IfuncPath,
 }
 
 std::string connectString(const Child &S) {
+  if (S.Rank >= 0)
+    return "#" + std::to_string(S.Rank);
   if (ConnectByAddress && !S.Address.empty())
     return "@" + S.Address;
   return S.Host + ":" + std::to_string(S.Port);
@@ -400,6 +408,9 @@ std::string connectString(const Child &S) {
 
 tc_status_t connectString(tc_worker_h W, const std::string &To,
                           tc_ep_h *Ep) {
+  if (!To.empty() && To[0] == '#')
+    return tc_ep_connect_rank(W, static_cast<uint32_t>(std::stoul(To.substr(1))),
+                              Ep);
   if (!To.empty() && To[0] == '@') {
     std::string Bytes;
     for (size_t I = 1; I + 1 < To.size(); I += 2)

@@ -90,6 +90,7 @@ struct Child {
   std::string Host;
   uint16_t Port = 0;
   std::string Address; ///< Its UCX worker address, hex (tc-bench serve).
+  int Rank = -1; ///< A rank of our PMIx job instead (tc-bench dapc --pmix).
   std::string Name; ///< For messages.
   int Out = -1;     ///< Its stdout, read until "listening on".
 };
@@ -169,7 +170,8 @@ extern bool ConnectByAddress;
 /// UCX_TLS for programs that connect by HOST:PORT (tc-gbpc) when it differs
 /// from ours; empty otherwise.
 extern std::string ClientServerTls;
-/// How a server is named in a bench.dapc setup: HOST:PORT or @HEXADDRESS.
+/// How a server is named in a bench.dapc setup: HOST:PORT, @HEXADDRESS or
+/// #RANK (a rank of the PMIx job both belong to).
 std::string connectString(const Child &S);
 /// Connects \p W to a connectString().
 tc_status_t connectString(tc_worker_h W, const std::string &To, tc_ep_h *Ep);
@@ -188,7 +190,7 @@ struct ClientWorker {
 /// message (the "uncached" mode); \p Coalesce false sends every message as
 /// its own UCX active message (tc_worker_params_t::coalesce).
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
-                bool ShipAlways, bool Coalesce = true);
+                bool ShipAlways, bool Coalesce = true, bool Pmix = false);
 tc_ep_h connectTo(ClientWorker &C, const Child &S);
 tc_ifunc_h registerIfunc(ClientWorker &C, const char *Name);
 /// Sends a control message and waits until the server processed it.

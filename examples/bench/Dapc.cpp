@@ -93,7 +93,12 @@ struct Params {
   uint64_t Entries, Count, Seed = DAPC_DEFAULT_SEED;
   bool Dapc = true, Am = true, Gbpc = true;
   bool Sandbox = false; ///< Also dapc on servers run with --exec sandbox.
+  bool Pmix = false, ModesGiven = false, ServersGiven = false;
 };
+
+extern "C" void dapcBarrierDone(void *Arg, tc_status_t S) {
+  *static_cast<int *>(Arg) = S == TC_OK ? 1 : 2;
+}
 
 std::string gbpcPath() {
   std::string Self = selfPath();
@@ -224,6 +229,10 @@ OPTIONS:
                    scripts/netns.sh), 'server HOST:PORT' (a running
                    tc-bench serve), 'gbpc HOST:PORT' (a running tc-gbpc
                    serve), 'client ADDR'
+  --pmix           No hosts file: this is rank 0 of an mpirun / srun job
+                   whose other ranks run `tc-bench serve --pmix`; they are
+                   the servers (--servers: one count, default all of
+                   them). Modes dapc and am.
 )";
 
 } // namespace
@@ -240,7 +249,7 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
           "dapc", Args, DapcUsage,
           [&](const std::string &A, const std::function<std::string()> &Value) {
             if (A == "--servers")
-              P.Servers = parseList(A, Value());
+              P.Servers = parseList(A, Value()), P.ServersGiven = true;
             else if (A == "--depths")
               P.Depths = parseList(A, Value());
             else if (A == "--entries")
@@ -250,7 +259,9 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
             else if (A == "--seed")
               P.Seed = parseCount(A, Value());
             else if (A == "--modes")
-              parseModes(Value(), P);
+              parseModes(Value(), P), P.ModesGiven = true;
+            else if (A == "--pmix")
+              P.Pmix = true;
             else
               return false;
             return true;
@@ -270,6 +281,17 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   std::vector<Host> Hosts;
   if (!O.HostsFile.empty())
     Hosts = readHosts(O.HostsFile);
+  if (P.Pmix) {
+    if (!Hosts.empty())
+      die("--pmix and --hosts exclude each other");
+    if (P.ModesGiven && P.Gbpc)
+      die("--pmix runs modes dapc and am (tc-gbpc has no PMIx wire-up)");
+    P.Gbpc = false;
+    if (P.ServersGiven && P.Servers.size() != 1)
+      die("--pmix takes one --servers count (the job is wired up once)");
+    if (!P.ServersGiven)
+      P.Servers = {0}; // Every other rank, known after the wire-up.
+  }
   selectTransport(O.Transport, /*Loopback=*/Hosts.empty());
   if (P.Gbpc && access(gbpcPath().c_str(), X_OK) != 0)
     die("tc-gbpc not found next to tc-bench (" + gbpcPath() +
@@ -277,6 +299,24 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   long Cores = sysconf(_SC_NPROCESSORS_ONLN);
   std::string Self = selfPath();
   std::vector<Record> Out;
+
+  // --pmix: the client wires up first (the job size tells the servers).
+  ClientWorker PmixClient;
+  if (P.Pmix) {
+    makeClient(PmixClient, O.IfuncPath, false, true, /*Pmix=*/true);
+    uint32_t Rank, Size;
+    tc_worker_query_rank(PmixClient.W, &Rank, &Size);
+    if (Rank != 0)
+      die("tc-bench dapc --pmix must be rank 0 of its job (it is rank " +
+          std::to_string(Rank) + ")");
+    if (Size < 2)
+      die("tc-bench dapc --pmix: the job has no server ranks");
+    if (P.Servers[0] == 0)
+      P.Servers[0] = Size - 1;
+    if (P.Servers[0] > Size - 1)
+      die("--servers " + std::to_string(P.Servers[0]) + " but the job has " +
+          std::to_string(Size - 1) + " server ranks");
+  }
 
   for (uint64_t NS : P.Servers) {
     uint32_t S = static_cast<uint32_t>(NS);
@@ -294,6 +334,13 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     for (uint32_t I = 0; I < S; ++I) {
       const Host *H = Hosts.empty() ? nullptr : &Hosts[I];
       std::string Name = "dapc server " + std::to_string(I);
+      if (P.Pmix) { // Rank I + 1, already running and wired up.
+        Child R;
+        R.Rank = static_cast<int>(I + 1);
+        R.Name = Name + " (rank " + std::to_string(I + 1) + ")";
+        Tc.push_back(R);
+        continue;
+      }
       if (H && !H->Running.empty()) {
         Tc.push_back(parseAddress(H->Running, Name));
       } else {
@@ -323,8 +370,10 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     if (Gbpc && Gb.size() != S)
       die("the hosts file has no 'gbpc HOST:PORT' line for every server");
 
-    ClientWorker C;
-    makeClient(C, O.IfuncPath, false);
+    ClientWorker Own;
+    ClientWorker &C = P.Pmix ? PmixClient : Own;
+    if (!P.Pmix)
+      makeClient(C, O.IfuncPath, false);
     std::vector<uint64_t> Ends(P.Count + 1);
     dapc_client_t DC{0, Ends.data(), Ends.size()};
     tc_worker_register_local(C.W, "dapc_result", dapc_result_main);
@@ -396,6 +445,16 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     for (Child &X : Gb)
       stopServer(X);
       }
+  }
+  if (P.Pmix) {
+    // The job's closing barrier: the server ranks exit after it.
+    int Met = 0;
+    if (tc_worker_barrier_nb(PmixClient.W, dapcBarrierDone, &Met) !=
+        TC_INPROGRESS)
+      die("cannot enter the job's closing barrier");
+    waitFor(PmixClient.W, [&] { return Met != 0; }, "the closing barrier");
+    if (Met != 1)
+      die("the job's closing barrier failed (a rank died?)");
   }
   printRecords(Out, O.Fmt);
   if (O.Fmt == Format::Table) {

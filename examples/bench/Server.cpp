@@ -211,7 +211,15 @@ OPTIONS:
   --ship always       Attach the archive to every message this server sends
   --blocking          Sleep in tc_worker_wait when idle (more processes
                       than cores) instead of busy polling
+  --pmix              Started by mpirun / srun --mpi=pmix as a rank of a
+                      `tc-bench dapc --pmix` job: wire up by rank (no
+                      --listen needed) and exit when the client is done
 )";
+
+/// The job's closing barrier ended (tc-bench serve --pmix).
+extern "C" void benchBarrierDone(void *Arg, tc_status_t) {
+  *static_cast<bool *>(Arg) = true;
+}
 
 } // namespace
 
@@ -219,7 +227,7 @@ int runServer(int Argc, char **Argv) {
   std::string Listen, IfuncPath = defaultIfuncPath(), Exec = "auto",
                       CacheDir, Ship = "once";
   uint64_t MaxLoaded = 0;
-  bool Blocking = false;
+  bool Blocking = false, Pmix = false;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     auto Value = [&]() {
@@ -245,9 +253,13 @@ int runServer(int Argc, char **Argv) {
       Ship = Value();
     else if (A == "--blocking")
       Blocking = true;
+    else if (A == "--pmix")
+      Pmix = true;
     else
       die("serve: unknown argument '" + A + "'");
   }
+  if (Pmix && Listen.empty())
+    Listen = "127.0.0.1:0"; // Unused by the job; keeps one code path.
   size_t Colon = Listen.rfind(':');
   if (Listen.empty() || Colon == std::string::npos)
     die("serve: --listen HOST:PORT is required");
@@ -302,8 +314,14 @@ int runServer(int Argc, char **Argv) {
   WP.target_args = S.get();
   WP.accept_cb = benchAccept;
   WP.accept_arg = S.get();
+  if (Pmix) {
+    WP.field_mask |= TC_WORKER_PARAM_FIELD_BOOTSTRAP;
+    WP.bootstrap = TC_BOOTSTRAP_PMIX;
+  }
   if (tc_worker_create(Ctx, &WP, &S->W) != TC_OK)
-    die("serve: cannot create a tc worker");
+    die(Pmix ? "serve: cannot wire up through PMIx (started by mpirun or "
+               "srun --mpi=pmix?)"
+             : "serve: cannot create a tc worker");
   tc_worker_h W = S->W;
   struct {
     const char *Name;
@@ -351,9 +369,17 @@ int runServer(int Argc, char **Argv) {
   std::printf("\n");
   tc_worker_release_address(W, Addr);
   std::printf("tc-bench serve: listening on %s:%u\n", Host.c_str(), Bound);
+  bool JobDone = false;
+  if (Pmix) {
+    uint32_t Rank, Size;
+    tc_worker_query_rank(W, &Rank, &Size);
+    std::printf("tc-bench serve: rank %u of %u\n", Rank, Size);
+    if (tc_worker_barrier_nb(W, benchBarrierDone, &JobDone) != TC_INPROGRESS)
+      die("serve: cannot enter the job's closing barrier");
+  }
   std::fflush(stdout);
 
-  while (!Interrupted) {
+  while (!Interrupted && !JobDone) {
     int Did = tc_worker_progress(W);
     if (S->EvictDue) {
       // Not from bench.evict itself: code must not be freed while a message

@@ -49,7 +49,8 @@ typedef enum {
     TC_ERR_PAYLOAD          = -8,  /**< payload_bound/payload_init failed. */
     TC_ERR_REMOTE           = -9,  /**< The target rejected a message. */
     TC_ERR_TIMED_OUT        = -10,
-    TC_ERR_LAST             = -11,
+    TC_ERR_UNSUPPORTED      = -11, /**< Not built into this libtc (PMIx). */
+    TC_ERR_LAST             = -12,
     /* Never returned: they make every int a valid tc_status_t, so a value
        a C caller passes is well defined in libtc's C++ too. */
     TC_STATUS_RANGE_MIN_    = -0x7fffffff - 1,
@@ -159,8 +160,26 @@ enum tc_worker_params_field {
     TC_WORKER_PARAM_FIELD_TARGET_ARGS = TC_BIT(0),
     TC_WORKER_PARAM_FIELD_ERROR_CB    = TC_BIT(1),
     TC_WORKER_PARAM_FIELD_ACCEPT_CB   = TC_BIT(2),
-    TC_WORKER_PARAM_FIELD_COALESCE    = TC_BIT(3)
+    TC_WORKER_PARAM_FIELD_COALESCE    = TC_BIT(3),
+    TC_WORKER_PARAM_FIELD_BOOTSTRAP   = TC_BIT(4)
 };
+
+/* --- PMIx bootstrap (issue #20) */
+/** How a worker learns its peers. */
+typedef enum {
+    TC_BOOTSTRAP_NONE = 0, /**< By hand: tc_ep_connect(), addresses. */
+    /** Through the PMIx server of the launcher that started the process
+     *  (mpirun, srun --mpi=pmix): tc_worker_create() publishes the worker
+     *  address under the process's rank and waits in a fence for every
+     *  rank of the job to do the same; then tc_ep_connect_rank() reaches
+     *  any rank. Every rank must create its bootstrap worker (the fence is
+     *  collective), one per process. TC_ERR_UNSUPPORTED when libtc was
+     *  built without PMIx, TC_ERR_UNREACHABLE when the process was not
+     *  started by a PMIx launcher. */
+    TC_BOOTSTRAP_PMIX = 1,
+    TC_BOOTSTRAP_RANGE_MAX_ = 0x7fffffff /**< Never valid. */
+} tc_bootstrap_t;
+/* --- end PMIx bootstrap */
 
 /** Called on the source when a target rejected one of its messages. */
 typedef void (*tc_remote_error_cb_t)(void *arg, tc_ep_h ep, uint32_t seq,
@@ -186,6 +205,7 @@ typedef struct tc_worker_params {
      *  as with UCX alone. Either way messages arrive in order and each
      *  completion reports its own message. */
     int                  coalesce;
+    tc_bootstrap_t       bootstrap;   /**< Default TC_BOOTSTRAP_NONE. */
 } tc_worker_params_t;
 
 /** A function linked into the target, run by tc_ep_send_local(). */
@@ -280,6 +300,25 @@ tc_status_t tc_ep_connect_address(tc_worker_h worker, const void *address,
 /** @brief Non-blocking flush: @p cb runs once the target has processed
  *  (run or rejected) every message sent on @p ep before this call. */
 tc_status_t tc_ep_flush_nb(tc_ep_h ep, tc_send_cb_t cb, void *arg);
+/* --- PMIx bootstrap (issue #20) */
+/** @brief This process's rank and the job's size (a TC_BOOTSTRAP_PMIX
+ *  worker; TC_ERR_INVALID_PARAM for others). Either output may be NULL. */
+tc_status_t tc_worker_query_rank(tc_worker_h worker, uint32_t *rank_p,
+                                 uint32_t *size_p);
+/** @brief Connect to the worker of rank @p rank (a TC_BOOTSTRAP_PMIX
+ *  worker): by the address it published, no listener needed. Like
+ *  tc_ep_connect(), messages may be sent at once; a rank that dies is
+ *  reported as any peer death (sends fail with TC_ERR_CONNECTION_RESET). */
+tc_status_t tc_ep_connect_rank(tc_worker_h worker, uint32_t rank,
+                               tc_ep_h *ep_p);
+/** @brief Enter a job-wide barrier: @p cb runs from tc_worker_progress()
+ *  once every rank has called this (TC_OK), or with TC_ERR_IO when the
+ *  barrier failed (a rank died). The usual end of a job: servers wait in
+ *  their progress loop for it, the driving rank calls it when done. */
+tc_status_t tc_worker_barrier_nb(tc_worker_h worker, tc_send_cb_t cb,
+                                 void *arg);
+/* --- end PMIx bootstrap */
+
 /** @brief Flush, progressing the worker until done or @p timeout_ms. */
 tc_status_t tc_ep_flush(tc_ep_h ep, int timeout_ms);
 void        tc_ep_destroy(tc_ep_h ep);

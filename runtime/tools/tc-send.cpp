@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Bootstrap.h"
 #include "Runtime.h"
 #include "ToolSupport.h"
 
@@ -14,18 +15,25 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 
 using namespace llvm;
 using namespace tc;
 
 static const char *const Usage =
-    R"(USAGE: tc-send --to HOST:PORT (ARCHIVE... | --local NAME) [options]
+    R"(USAGE: tc-send (--to HOST:PORT | --to-rank R,...) (ARCHIVE... | --local NAME)
+               [options]
 
 With several archives, messages go round-robin over them.
 
 OPTIONS:
   --to HOST:PORT       The target (a tc-serve, or any libtc worker)
+  --to-rank R,...      Under mpirun / srun --mpi=pmix: the targets are these
+                       ranks of the job (tc-serve --pmix); with several,
+                       read-back lines read 'rank R: HEX'. At the end all
+                       ranks meet in a barrier, which ends the servers
   --payload-hex HEX    Source args for NAME_payload_init, as hex
   --payload-file F     Source args read from a file
   --count N            Messages per archive (1; 0 with --read-back: only read)
@@ -46,7 +54,7 @@ int main(int argc, char **argv) {
                                                                       "30000",
                                                                   OptError;
   std::vector<std::string> ArchivePaths;
-  std::string RawFrame, Local;
+  std::string RawFrame, Local, ToRank;
   bool HaveHex = false;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
@@ -61,7 +69,8 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--read-back", ReadBack, OptError) ||
                takeOption(argc, argv, I, "--timeout", Timeout, OptError) ||
                takeOption(argc, argv, I, "--raw-frame", RawFrame, OptError) ||
-               takeOption(argc, argv, I, "--local", Local, OptError)) {
+               takeOption(argc, argv, I, "--local", Local, OptError) ||
+               takeOption(argc, argv, I, "--to-rank", ToRank, OptError)) {
     } else if (!OptError.empty()) {
       return toolError(Tool, OptError);
     } else if (A.starts_with("-")) {
@@ -70,8 +79,21 @@ int main(int argc, char **argv) {
       ArchivePaths.push_back(A.str());
     }
   }
-  if (To.empty())
-    return toolError(Tool, "missing --to HOST:PORT");
+  if (To.empty() && ToRank.empty())
+    return toolError(Tool, "missing --to HOST:PORT (or --to-rank R)");
+  if (!To.empty() && !ToRank.empty())
+    return toolError(Tool, "give --to or --to-rank, not both");
+  std::vector<uint32_t> Ranks;
+  if (!ToRank.empty()) {
+    SmallVector<StringRef, 4> Parts;
+    StringRef(ToRank).split(Parts, ',', -1, true);
+    for (StringRef P : Parts) {
+      uint32_t Rk;
+      if (P.getAsInteger(10, Rk))
+        return toolError(Tool, "bad --to-rank '" + ToRank + "'");
+      Ranks.push_back(Rk);
+    }
+  }
   if (ArchivePaths.empty() && Local.empty())
     return toolError(Tool, "missing ARCHIVE (or --local NAME)");
   if (!ArchivePaths.empty() && !Local.empty())
@@ -79,9 +101,13 @@ int main(int argc, char **argv) {
   if (HaveHex && !PayloadFile.empty())
     return toolError(Tool, "--payload-hex and --payload-file exclude each "
                            "other");
-  auto HP = parseHostPort(To);
-  if (!HP)
-    return toolError(Tool, toString(HP.takeError()));
+  std::pair<std::string, uint16_t> HostPort;
+  if (!To.empty()) {
+    auto P = parseHostPort(To);
+    if (!P)
+      return toolError(Tool, toString(P.takeError()));
+    HostPort = *P;
+  }
   uint64_t N, ReadBytes = 0;
   int64_t TimeoutMs;
   if (!ReadBack.empty() && StringRef(ReadBack).getAsInteger(10, ReadBytes))
@@ -129,25 +155,72 @@ int main(int argc, char **argv) {
       return toolError(Tool, "'" + RawFrame + "': " + B.getError().message());
     Raw = (*B)->getBuffer().str();
   }
-  auto Conn = R.connect(HP->first, HP->second);
-  if (!Conn)
-    return toolError(Tool, toString(Conn.takeError()));
+  // The targets: one HOST:PORT, or ranks wired up through PMIx.
+  std::vector<ConnId> Conns;
+  std::vector<std::string> Names; ///< For messages: "rank R" or empty.
+  std::unique_ptr<Bootstrap> Boot;
+  if (Ranks.empty()) {
+    auto Conn = R.connect(HostPort.first, HostPort.second);
+    if (!Conn)
+      return toolError(Tool, toString(Conn.takeError()));
+    Conns.push_back(*Conn);
+    Names.push_back("");
+  } else {
+    // --- PMIx bootstrap (issue #20)
+    auto B = createPmixBootstrap();
+    if (!B)
+      return toolError(Tool, "--to-rank: " + toString(B.takeError()));
+    Boot = std::move(*B);
+    auto Addr = R.transport().address();
+    if (!Addr)
+      return toolError(Tool, toString(Addr.takeError()));
+    if (Error E = Boot->put(BootstrapAddressKey, *Addr))
+      return toolError(Tool, toString(std::move(E)));
+    if (Error E = Boot->fence())
+      return toolError(Tool, toString(std::move(E)));
+    for (uint32_t Rk : Ranks) {
+      if (Rk == Boot->rank())
+        return toolError(Tool, "--to-rank " + Twine(Rk) + " is tc-send "
+                               "itself");
+      auto Peer = Boot->get(Rk, BootstrapAddressKey);
+      if (!Peer)
+        return toolError(Tool, "--to-rank " + Twine(Rk) + ": " +
+                                   toString(Peer.takeError()));
+      auto Conn = R.connectAddress(*Peer);
+      if (!Conn)
+        return toolError(Tool, "rank " + Twine(Rk) + ": " +
+                                   toString(Conn.takeError()));
+      Conns.push_back(*Conn);
+      Names.push_back("rank " + std::to_string(Rk));
+    }
+    // --- end PMIx bootstrap
+  }
+  auto NameOf = [&](ConnId C) -> std::string {
+    for (size_t I = 0; I < Conns.size(); ++I)
+      if (Conns[I] == C)
+        return Names[I];
+    return "";
+  };
 
   std::vector<RemoteError> Rejected;
   R.onRemoteError([&](const RemoteError &E) { Rejected.push_back(E); });
   std::string Failure;
   bool Closed = false;
   R.onDisconnect([&](ConnId C, StringRef Why) {
-    if (C == *Conn) {
+    std::string Name = NameOf(C);
+    if (std::find(Conns.begin(), Conns.end(), C) != Conns.end()) {
       Closed = true;
-      Failure = Why.str(); // "connection to HOST:PORT lost: STATUS"
+      // "connection to HOST:PORT lost: STATUS", with the rank if any.
+      Failure = Name.empty() ? Why.str() : Name + ": " + Why.str();
     }
   });
 
-  if (!RawFrame.empty()) {
-    StringRef Bytes = Raw;
-    R.transport().send(*Conn, Bytes.take_front(24), Bytes.drop_front(24),
-                       [&](llvm::Error E) { consumeError(std::move(E)); });
+  for (ConnId Conn : Conns) {
+    if (!RawFrame.empty()) {
+      StringRef Bytes = Raw;
+      R.transport().send(Conn, Bytes.take_front(24), Bytes.drop_front(24),
+                         [&](llvm::Error E) { consumeError(std::move(E)); });
+    }
   }
   auto Completed = [&](llvm::Error E) {
     if (E && Failure.empty())
@@ -155,33 +228,36 @@ int main(int argc, char **argv) {
     else
       consumeError(std::move(E));
   };
-  if (!Local.empty())
-    for (uint64_t I = 0; I < N; ++I)
-      R.sendLocal(*Conn, Local, Args, Completed);
-  for (uint64_t I = 0; I < N * Messages.size(); ++I)
-    R.send(*Conn, Messages[I % Messages.size()], Completed);
+  size_t Done = 0;
+  std::vector<std::string> Regions(Conns.size());
+  for (size_t K = 0; K < Conns.size(); ++K) {
+    ConnId Conn = Conns[K];
+    if (!Local.empty())
+      for (uint64_t I = 0; I < N; ++I)
+        R.sendLocal(Conn, Local, Args, Completed);
+    for (uint64_t I = 0; I < N * Messages.size(); ++I)
+      R.send(Conn, Messages[I % Messages.size()], Completed);
 
-  bool Done = false;
-  std::string Region;
-  if (ReadBytes) {
-    R.readRegion(*Conn, ReadBytes, [&](Expected<std::string> D) {
-      Done = true;
-      if (!D)
-        Failure = toString(D.takeError());
-      else
-        Region = std::move(*D);
-    });
-  } else {
-    R.fence(*Conn, [&](llvm::Error E) {
-      Done = true;
-      if (E)
-        Failure = toString(std::move(E));
-    });
+    if (ReadBytes) {
+      R.readRegion(Conn, ReadBytes, [&, K](Expected<std::string> D) {
+        ++Done;
+        if (!D)
+          Failure = toString(D.takeError());
+        else
+          Regions[K] = std::move(*D);
+      });
+    } else {
+      R.fence(Conn, [&](llvm::Error E) {
+        ++Done;
+        if (E)
+          Failure = toString(std::move(E));
+      });
+    }
   }
 
   auto Deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(TimeoutMs);
-  while (!Done && !Closed) {
+  while (Done < Conns.size() && !Closed) {
     if (R.progress())
       continue;
     auto Left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -189,7 +265,7 @@ int main(int argc, char **argv) {
                     .count();
     if (Left <= 0)
       return toolError(Tool, "timed out after " + Timeout + " ms waiting for " +
-                                 To);
+                                 (To.empty() ? "ranks " + ToRank : To));
     if (llvm::Error E = R.wait(int(std::min<int64_t>(Left, 1000))))
       return toolError(Tool, toString(std::move(E)));
   }
@@ -200,7 +276,27 @@ int main(int argc, char **argv) {
     return toolError(Tool, Failure);
   if (!Rejected.empty())
     return 1;
-  if (ReadBytes)
-    outs() << toHex(Region, /*LowerCase=*/true) << "\n";
+  for (size_t K = 0; ReadBytes && K < Conns.size(); ++K)
+    outs() << (Conns.size() > 1 ? Names[K] + ": " : std::string())
+           << toHex(Regions[K], /*LowerCase=*/true) << "\n";
+  outs().flush();
+  if (Boot) {
+    // The job's closing barrier: every tc-serve --pmix exits after it.
+    std::atomic<int> Met{0};
+    if (Error E = Boot->barrierAsync([&, T = &R.transport()](bool Ok) {
+          Met = Ok ? 1 : 2;
+          T->signal();
+        }))
+      return toolError(Tool, toString(std::move(E)));
+    while (!Met) {
+      if (std::chrono::steady_clock::now() >= Deadline)
+        return toolError(Tool, "timed out in the closing barrier");
+      if (!R.progress())
+        if (llvm::Error E = R.wait(100))
+          return toolError(Tool, toString(std::move(E)));
+    }
+    if (Met == 2)
+      return toolError(Tool, "the closing barrier failed (a rank died?)");
+  }
   return 0;
 }

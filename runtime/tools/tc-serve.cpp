@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Guard.h"
+#include "Bootstrap.h"
 #include "Runtime.h"
 #include "ToolSupport.h"
 
@@ -32,7 +33,7 @@ using namespace llvm;
 using namespace tc;
 
 static const char *const Usage =
-    R"(USAGE: tc-serve --listen HOST:PORT [options]
+    R"(USAGE: tc-serve (--listen HOST:PORT | --pmix) [options]
 
 Runs ifuncs sent by tc-send or libtc senders. Also runs one function linked
 into tc-serve itself, "increment" (adds 1 to the region's first 8 bytes),
@@ -66,6 +67,10 @@ OPTIONS:
   --ifunc-path DIRS    Load every NAME.tcfb in these ':'-separated
                        directories at start, so their first messages find
                        the code ready (no JIT on first contact)
+  --pmix               Started by mpirun or srun --mpi=pmix: publish this
+                       worker under its rank (senders use --to-rank), and
+                       exit when every rank of the job has finished (a
+                       PMIx barrier); --listen is then optional
   -v                   One line per event
   --help, --version
 )";
@@ -79,7 +84,7 @@ static const RuntimeCounters *CounterSource = nullptr;
 extern "C" void tcServeIncrement(void *, size_t, void *Region) {
   ++*static_cast<uint64_t *>(Region);
 }
-static Transport *SignalTarget = nullptr;
+static std::atomic<Transport *> SignalTarget{nullptr};
 
 /// Writes the counters; async-signal-safe (no allocation, write(2) only),
 /// so the signal handler can use it while an ifunc runs.
@@ -123,8 +128,8 @@ extern "C" void onSignal(int) {
     _exit(Runaway ? 1 : 0);
   }
   Stop = true;
-  if (SignalTarget)
-    SignalTarget->signal();
+  if (Transport *T = SignalTarget)
+    T->signal();
 }
 
 /// --max-run-ms: samples the dispatcher every half limit; an invocation
@@ -225,7 +230,7 @@ int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
-  bool Verbose = false;
+  bool Verbose = false, Pmix = false;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
@@ -233,6 +238,8 @@ int main(int argc, char **argv) {
       return *Exit;
     if (A == "-v") {
       Verbose = true;
+    } else if (A == "--pmix") {
+      Pmix = true;
     } else if (takeOption(argc, argv, I, "--listen", Listen, OptError) ||
                takeOption(argc, argv, I, "--region-size", RegionSize, OptError) ||
                takeOption(argc, argv, I, "--allow", Allow, OptError) ||
@@ -262,11 +269,16 @@ int main(int argc, char **argv) {
       return toolError(Tool, "unknown argument '" + A + "' (try --help)");
     }
   }
-  if (Listen.empty())
-    return toolError(Tool, "missing --listen HOST:PORT");
-  auto HP = parseHostPort(Listen);
-  if (!HP)
-    return toolError(Tool, toString(HP.takeError()));
+  if (Listen.empty() && !Pmix)
+    return toolError(Tool, "missing --listen HOST:PORT (or --pmix)");
+  std::pair<std::string, uint16_t> HostPort;
+  if (!Listen.empty()) {
+    auto HP = parseHostPort(Listen);
+    if (!HP)
+      return toolError(Tool, toString(HP.takeError()));
+    HostPort = *HP;
+  }
+  const auto *HP = &HostPort;
   uint64_t Size;
   if (StringRef(RegionSize).getAsInteger(10, Size) || Size == 0 ||
       Size > (uint64_t(1) << 32))
@@ -331,9 +343,13 @@ int main(int argc, char **argv) {
   if (!IfuncPath.empty())
     if (Error E = preloadIfuncs(R, IfuncPath))
       return toolError(Tool, toString(std::move(E)));
-  auto Port = R.transport().listen(HP->first, HP->second);
-  if (!Port)
-    return toolError(Tool, toString(Port.takeError()));
+  uint16_t Port = 0;
+  if (!Listen.empty()) {
+    auto P = R.transport().listen(HP->first, HP->second);
+    if (!P)
+      return toolError(Tool, toString(P.takeError()));
+    Port = *P;
+  }
 
   // After the transport: ours must be the fatal-signal handlers that run
   // first (UCX's backtrace printer stays for faults outside ifunc code).
@@ -354,7 +370,37 @@ int main(int argc, char **argv) {
     Watchdog = std::thread(watchdog, MaxRun, std::ref(QuitWatchdog));
     pthread_sigmask(SIG_SETMASK, &Old, nullptr);
   }
-  outs() << "tc-serve: listening on " << HP->first << ":" << *Port << "\n";
+  // --- PMIx bootstrap (issue #20): publish, fence, then serve until every
+  // rank has entered the closing barrier.
+  std::unique_ptr<Bootstrap> Boot;
+  if (Pmix) {
+    auto B = createPmixBootstrap();
+    if (!B)
+      return toolError(Tool, "--pmix: " + toString(B.takeError()));
+    Boot = std::move(*B);
+    auto Addr = R.transport().address();
+    if (!Addr)
+      return toolError(Tool, toString(Addr.takeError()));
+    if (Error E = Boot->put(BootstrapAddressKey, *Addr))
+      return toolError(Tool, toString(std::move(E)));
+    if (!Listen.empty())
+      if (Error E = Boot->put(BootstrapListenKey,
+                              HP->first + ":" + std::to_string(Port)))
+        return toolError(Tool, toString(std::move(E)));
+    if (Error E = Boot->fence())
+      return toolError(Tool, toString(std::move(E)));
+    if (Error E = Boot->barrierAsync([](bool) {
+          Stop = true;
+          if (Transport *T = SignalTarget)
+            T->signal();
+        }))
+      return toolError(Tool, toString(std::move(E)));
+    outs() << "tc-serve: rank " << Boot->rank() << " of " << Boot->size()
+           << ", pid " << ::getpid() << "\n";
+  }
+  // --- end PMIx bootstrap
+  if (!Listen.empty())
+    outs() << "tc-serve: listening on " << HP->first << ":" << Port << "\n";
   outs().flush();
 
   std::string Failed;

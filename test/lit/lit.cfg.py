@@ -18,7 +18,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
 tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
-tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
+tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "llvm-as", "llvm-dis", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
     tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
@@ -53,6 +53,16 @@ config.substitutions.append(("%with_server", '"%s" "%s"' % (
     config.python_executable,
     os.path.join(config.test_source_root, "runtime", "Inputs",
                  "with-server.py"))))
+
+# --- PMIx bootstrap (issue #20): jobs launched by Open MPI's mpirun
+# (Inputs/mpirun.sh: as root, oversubscribed, loopback, bounded, a session
+# directory per run).
+import shutil
+if config.tc_with_pmix and shutil.which("mpirun"):
+    config.available_features.add("pmix")
+config.substitutions.append(("%mpirun", '"%s"' % os.path.join(
+    config.test_source_root, "Inputs", "mpirun.sh")))
+# --- end PMIx
 
 # UCX settings and sanitizer options reach every test process.
 for var, value in os.environ.items():

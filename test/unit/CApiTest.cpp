@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -278,6 +279,40 @@ TEST(CApi, ConnectByWorkerAddress) {
   tc_msg_free(M);
   tc_ifunc_deregister(F);
   tc_ep_destroy(Ep);
+}
+
+// --- PMIx bootstrap (issue #20); the wire-up itself is tested under mpirun
+// by test/lit/runtime/pmix-*.test.
+TEST(CApi, BootstrapOutsideALauncherFailsAndPlainWorkersHaveNoRank) {
+  if (std::getenv("PMIX_NAMESPACE"))
+    GTEST_SKIP() << "running under a PMIx launcher";
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_BOOTSTRAP;
+  WP.bootstrap = TC_BOOTSTRAP_PMIX;
+  tc_worker_h W = reinterpret_cast<tc_worker_h>(0x1);
+#ifdef TC_TEST_WITH_PMIX
+  EXPECT_EQ(tc_worker_create(Ctx, &WP, &W), TC_ERR_UNREACHABLE);
+#else
+  EXPECT_EQ(tc_worker_create(Ctx, &WP, &W), TC_ERR_UNSUPPORTED);
+#endif
+  EXPECT_EQ(W, reinterpret_cast<tc_worker_h>(0x1));
+  WP.bootstrap = tc_bootstrap_t(7);
+  EXPECT_EQ(tc_worker_create(Ctx, &WP, &W), TC_ERR_INVALID_PARAM);
+  tc_context_destroy(Ctx);
+
+  Worker Plain;
+  uint32_t Rank = 99, Size = 99;
+  tc_ep_h Ep = nullptr;
+  EXPECT_EQ(tc_worker_query_rank(Plain.W, &Rank, &Size), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(Rank, 99u);
+  EXPECT_EQ(tc_ep_connect_rank(Plain.W, 0, &Ep), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(Ep, nullptr);
+  EXPECT_EQ(tc_worker_barrier_nb(Plain.W, nullptr, nullptr),
+            TC_ERR_INVALID_PARAM);
+  EXPECT_STREQ(tc_status_string(TC_ERR_UNSUPPORTED),
+               "not supported by this build");
 }
 
 /// What a forwarding ifunc finds in its target_args.

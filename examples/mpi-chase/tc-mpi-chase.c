@@ -1,0 +1,346 @@
+/* tc-mpi-chase: the whole tc model in one small program, launched by
+ * mpirun (or srun --mpi=pmix) with no hosts file.
+ *
+ *   mpirun -n N tc-mpi-chase [--chases C] [--depth D] [--entries E]
+ *
+ * Every rank creates a tc worker with TC_BOOTSTRAP_PMIX: libtc publishes
+ * the UCX worker address under the rank and meets the other ranks in a
+ * PMIx fence. Every rank then builds its shard of a pointer-chasing table
+ * (examples/dapc/dapc_table.h: E entries over N ranks) and connects to
+ * every rank by number. Rank 0 injects C chases of depth D: the chaser
+ * ifunc (examples/dapc/dapc.c, JIT-compiled on each rank on first contact)
+ * walks the local shard and forwards itself to the rank owning the next
+ * entry; the last rank sends a dapc_result ifunc back to rank 0, which
+ * checks the end value against the closed-form reference. Rank 0 prints
+ *
+ *   tc-mpi-chase: C chases of depth D over N ranks: ok
+ *
+ * and every rank exits 0 after a closing barrier. On any failure rank 0
+ * prints the reason, tells the live ranks (which print it too), and all
+ * exit 1. A rank that dies is found by rank 0's flushes to every rank.
+ */
+#include <tc/tc.h>
+
+#include "dapc_chase.h"
+#include "dapc_table.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint32_t self_rank, job_size;
+static int verbose;
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void note(const char *fmt, ...) {
+  if (!verbose)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "tc-mpi-chase: rank %u: ", self_rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static void die(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "tc-mpi-chase: rank %u: error: ", self_rank);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(1);
+}
+
+static uint64_t parse_count(const char *flag, const char *v) {
+  char *end;
+  unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+  if (!v || !*v || *end || x == 0)
+    die("bad %s '%s'", flag, v ? v : "");
+  return x;
+}
+
+/* The ranks' "stop" message from rank 0: the reason, as text. */
+static char stop_reason[256];
+static int stopped;
+static void on_stop(void *payload, size_t size, void *args) {
+  (void)args;
+  size_t n = size < sizeof stop_reason - 1 ? size : sizeof stop_reason - 1;
+  memcpy(stop_reason, payload, n);
+  stop_reason[n] = '\0';
+  stopped = 1;
+}
+
+/* Completion of the closing barrier and of rank 0's liveness flushes. */
+static int barrier_done;
+static tc_status_t barrier_status;
+static void on_barrier(void *arg, tc_status_t s) {
+  (void)arg;
+  barrier_status = s;
+  barrier_done = 1;
+}
+
+typedef struct probe {
+  int pending;
+  tc_status_t status;
+} probe_t;
+static void on_probe(void *arg, tc_status_t s) {
+  probe_t *p = arg;
+  p->pending = 0;
+  p->status = s;
+}
+
+int main(int argc, char **argv) {
+  uint64_t chases = 100, depth = 64, entries = 1 << 16;
+  uint64_t timeout_ms = 30000, barriers = 0;
+  long kill_rank = -1;
+  const char *ifunc_path = getenv("TC_IFUNC_PATH");
+  char path_buf[PATH_MAX];
+  for (int i = 1; i < argc; ++i) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--chases"))
+      chases = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--depth"))
+      depth = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--entries"))
+      entries = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--barriers"))
+      barriers = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--timeout"))
+      timeout_ms = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--ifunc-path") && v)
+      ifunc_path = v, ++i;
+    else if (!strcmp(a, "--test-kill-rank") && v)
+      kill_rank = (long)parse_count(a, v), ++i; /* fault injection */
+    else if (!strcmp(a, "-v"))
+      verbose = 1;
+    else if (!strcmp(a, "--help")) {
+      puts("USAGE: mpirun -n N tc-mpi-chase [--chases C] [--depth D] "
+           "[--entries E]\n"
+           "         [--timeout MS] [--ifunc-path DIR] [--barriers K] [-v]\n"
+           "Rank 0 injects C pointer chases of depth D into a table of E "
+           "entries\nsharded over all N ranks and checks every end value.\n"
+           "-v: timings on stderr; --barriers K: first time K job-wide "
+           "barriers (the\nPMIx fence without data).");
+      return 0;
+    } else
+      die("unknown argument '%s' (try --help)", a);
+  }
+  if (entries < 2)
+    die("--entries must be at least 2");
+  if (!ifunc_path) { /* build/bin/tc-mpi-chase -> build/ifuncs */
+    ssize_t n = readlink("/proc/self/exe", path_buf, sizeof path_buf - 16);
+    if (n <= 0)
+      die("cannot find this executable");
+    path_buf[n] = '\0';
+    for (int up = 0; up < 2; ++up)
+      *strrchr(path_buf, '/') = '\0';
+    strcat(path_buf, "/ifuncs");
+    ifunc_path = path_buf;
+  }
+
+  /* 1. Wire-up: context, then a worker that bootstraps through PMIx. */
+  tc_context_params_t cp = {.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH,
+                            .ifunc_path = ifunc_path};
+  tc_context_h ctx;
+  if (tc_context_create(&cp, &ctx) != TC_OK)
+    die("cannot create a tc context");
+  dapc_server_t server = {0};
+  tc_worker_params_t wp = {.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
+                                         TC_WORKER_PARAM_FIELD_BOOTSTRAP,
+                           .target_args = &server,
+                           .bootstrap = TC_BOOTSTRAP_PMIX};
+  tc_worker_h w;
+  double t0 = now_ms();
+  tc_status_t st = tc_worker_create(ctx, &wp, &w);
+  if (st != TC_OK)
+    die("cannot create a PMIx-bootstrapped worker: %s", tc_status_string(st));
+  double t_create = now_ms() - t0;
+  tc_worker_query_rank(w, &self_rank, &job_size);
+  {
+    void *addr;
+    size_t len = 0;
+    if (tc_worker_get_address(w, &addr, &len) == TC_OK)
+      tc_worker_release_address(w, addr);
+    note("worker created and wired up (publish %zu-byte address + fence) in "
+         "%.2f ms", len, t_create);
+  }
+  /* How long a job-wide fence takes once every rank is up. */
+  double t_barriers = now_ms();
+  for (uint64_t b = 0; b < barriers; ++b) {
+    barrier_done = 0;
+    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+      die("cannot enter a barrier: %s", tc_status_string(st));
+    while (!barrier_done)
+      if (!tc_worker_progress(w))
+        tc_worker_wait(w, 100);
+    if (barrier_status != TC_OK)
+      die("a barrier failed: %s", tc_status_string(barrier_status));
+  }
+  if (barriers && self_rank == 0)
+    fprintf(stderr, "tc-mpi-chase: %u ranks: %llu barriers, %.3f ms each\n",
+            job_size, (unsigned long long)barriers,
+            (now_ms() - t_barriers) / (double)barriers);
+  barrier_done = 0;
+  if (entries < job_size)
+    die("--entries %llu is less than the %u ranks",
+        (unsigned long long)entries, job_size);
+
+  /* 2. This rank's shard, and an endpoint to every rank (itself too: rank
+   *    0's chases may start in its own shard, and results come to it). */
+  dapc_perm_t perm;
+  dapc_perm_init(&perm, entries, DAPC_DEFAULT_SEED);
+  uint64_t lo = dapc_shard_lo(entries, job_size, self_rank);
+  uint64_t hi = dapc_shard_lo(entries, job_size, self_rank + 1);
+  uint64_t *shard = malloc((hi - lo) * sizeof *shard + 1);
+  tc_ep_h *peers = calloc(job_size, sizeof *peers);
+  if (!shard || !peers)
+    die("out of memory");
+  dapc_fill_shard(&perm, lo, hi, shard);
+  for (uint32_t r = 0; r < job_size; ++r)
+    if ((st = tc_ep_connect_rank(w, r, &peers[r])) != TC_OK)
+      die("cannot connect to rank %u: %s", r, tc_status_string(st));
+  tc_ifunc_h chaser, result;
+  if (tc_ifunc_register(w, "dapc", &chaser) != TC_OK ||
+      tc_ifunc_register(w, "dapc_result", &result) != TC_OK)
+    die("cannot load dapc.tcfb and dapc_result.tcfb from '%s'", ifunc_path);
+  dapc_args_t zero = {0, 1, 0};
+  server = (dapc_server_t){.shard = shard, .lo = lo, .hi = hi, .n = entries,
+                           .servers = job_size, .self = self_rank,
+                           .peers = peers, .client = peers[0]};
+  if (tc_msg_create(chaser, &zero, sizeof zero, &server.forward) != TC_OK ||
+      tc_msg_create(result, &zero, sizeof zero, &server.result) != TC_OK)
+    die("cannot create the chase messages");
+  uint64_t *ends = calloc(chases + 1, sizeof *ends);
+  dapc_client_t client = {0, ends, chases + 1};
+  tc_worker_set_target_args(w, "dapc_result", &client);
+  tc_worker_register_local(w, "mpi_chase.stop", on_stop);
+
+  /* Fault injection for the tests: this rank dies once every rank has
+   * connected (a barrier, so that no connect races the death). */
+  if (kill_rank >= 0) {
+    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+      die("cannot enter a barrier: %s", tc_status_string(st));
+    while (!barrier_done)
+      if (!tc_worker_progress(w))
+        tc_worker_wait(w, 100);
+    barrier_done = 0;
+    if (kill_rank == (long)self_rank)
+      raise(SIGKILL);
+  }
+
+  char failure[200] = "";
+  if (self_rank == 0) {
+    /* 3. Rank 0 injects the chases one at a time and checks each end. */
+    tc_msg_h msg;
+    if (tc_msg_create(chaser, &zero, sizeof zero, &msg) != TC_OK)
+      die("cannot create a chase message");
+    double t_chase = now_ms();
+    for (uint64_t k = 1; k <= chases && !failure[0]; ++k) {
+      dapc_args_t a = {dapc_mix64(k) % entries, depth, k};
+      memcpy(tc_msg_payload(msg, NULL), &a, sizeof a);
+      uint32_t owner = dapc_owner(entries, job_size, a.addr);
+      st = tc_msg_send(peers[owner], msg, NULL, NULL);
+      if (st != TC_INPROGRESS) {
+        snprintf(failure, sizeof failure, "rank %u: %s", owner,
+                 tc_status_string(st));
+        break;
+      }
+      double start = now_ms(), last_probe = start;
+      while (client.done < k && !failure[0]) {
+        if (tc_worker_progress(w))
+          continue;
+        double t = now_ms();
+        if (t - start > (double)timeout_ms) {
+          snprintf(failure, sizeof failure,
+                   "chase %llu did not end within %llu ms",
+                   (unsigned long long)k, (unsigned long long)timeout_ms);
+          break;
+        }
+        if (t - last_probe > 200) {
+          /* A chase is late: is every rank still there? A flush to a
+           * dead rank fails (its connection is reset). */
+          last_probe = t;
+          for (uint32_t r = 1; r < job_size && !failure[0]; ++r) {
+            probe_t p = {1, TC_OK};
+            if ((st = tc_ep_flush_nb(peers[r], on_probe, &p)) !=
+                TC_INPROGRESS) {
+              p.pending = 0;
+              p.status = st;
+            }
+            double ps = now_ms();
+            while (p.pending && now_ms() - ps < 5000)
+              if (!tc_worker_progress(w))
+                tc_worker_wait(w, 10);
+            if (p.status != TC_OK)
+              snprintf(failure, sizeof failure, "rank %u died (%s)", r,
+                       tc_status_string(p.status));
+          }
+        }
+        tc_worker_wait(w, 10);
+      }
+      if (!failure[0]) {
+        uint64_t start_addr = dapc_mix64(k) % entries;
+        uint64_t want = dapc_chase_ref(&perm, start_addr, depth);
+        if (ends[k] != want)
+          snprintf(failure, sizeof failure,
+                   "chase %llu from %llu ended at %llu, expected %llu",
+                   (unsigned long long)k, (unsigned long long)start_addr,
+                   (unsigned long long)ends[k], (unsigned long long)want);
+      }
+    }
+    tc_msg_free(msg);
+    if (failure[0]) {
+      /* Tell every live rank why, so each stops and says so. */
+      for (uint32_t r = 1; r < job_size; ++r)
+        if (tc_ep_send_local(peers[r], "mpi_chase.stop", failure,
+                             strlen(failure), NULL, NULL) == TC_INPROGRESS)
+          tc_ep_flush(peers[r], 2000);
+      die("%s", failure);
+    }
+    note("%llu chases in %.2f ms", (unsigned long long)chases,
+         now_ms() - t_chase);
+  }
+
+  /* 4. The closing barrier: rank 0 enters when done; the other ranks serve
+   *    chases from their progress loop until every rank has entered. */
+  double t_barrier = now_ms();
+  if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+    die("cannot enter the closing barrier: %s", tc_status_string(st));
+  while (!barrier_done && !stopped)
+    if (!tc_worker_progress(w))
+      tc_worker_wait(w, 100);
+  if (stopped)
+    die("stopping: rank 0 reports: %s", stop_reason);
+  if (barrier_status != TC_OK)
+    die("the closing barrier failed: %s", tc_status_string(barrier_status));
+  if (self_rank == 0) {
+    note("closing barrier %.2f ms", now_ms() - t_barrier);
+    printf("tc-mpi-chase: %llu chases of depth %llu over %u ranks: ok\n",
+           (unsigned long long)chases, (unsigned long long)depth, job_size);
+    fflush(stdout);
+  }
+  tc_msg_free(server.forward);
+  tc_msg_free(server.result);
+  tc_ifunc_deregister(chaser);
+  tc_ifunc_deregister(result);
+  for (uint32_t r = 0; r < job_size; ++r)
+    tc_ep_destroy(peers[r]);
+  tc_worker_destroy(w);
+  tc_context_destroy(ctx);
+  free(peers);
+  free(shard);
+  free(ends);
+  return 0;
+}
