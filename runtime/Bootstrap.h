@@ -63,6 +63,26 @@ llvm::Expected<std::unique_ptr<Bootstrap>> createPmixBootstrap();
 inline constexpr const char *BootstrapAddressKey = "tc.worker.address";
 inline constexpr const char *BootstrapListenKey = "tc.listen";
 
+/// What the tools do at start under a launcher: connect to it, publish this
+/// process's transport address (and \p Listen, HOST:PORT, when not empty)
+/// under its rank, and meet every rank (fence).
+inline llvm::Expected<std::unique_ptr<Bootstrap>>
+joinJob(llvm::Expected<std::string> Address, llvm::StringRef Listen = "") {
+  if (!Address)
+    return Address.takeError();
+  llvm::Expected<std::unique_ptr<Bootstrap>> B = createPmixBootstrap();
+  if (!B)
+    return B.takeError();
+  if (llvm::Error E = (*B)->put(BootstrapAddressKey, *Address))
+    return std::move(E);
+  if (!Listen.empty())
+    if (llvm::Error E = (*B)->put(BootstrapListenKey, Listen))
+      return std::move(E);
+  if (llvm::Error E = (*B)->fence())
+    return std::move(E);
+  return B;
+}
+
 } // namespace tc
 
 #endif // TC_RUNTIME_BOOTSTRAP_H

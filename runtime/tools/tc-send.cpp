@@ -167,17 +167,10 @@ int main(int argc, char **argv) {
     Names.push_back("");
   } else {
     // --- PMIx bootstrap (issue #20)
-    auto B = createPmixBootstrap();
+    auto B = joinJob(R.transport().address());
     if (!B)
       return toolError(Tool, "--to-rank: " + toString(B.takeError()));
     Boot = std::move(*B);
-    auto Addr = R.transport().address();
-    if (!Addr)
-      return toolError(Tool, toString(Addr.takeError()));
-    if (Error E = Boot->put(BootstrapAddressKey, *Addr))
-      return toolError(Tool, toString(std::move(E)));
-    if (Error E = Boot->fence())
-      return toolError(Tool, toString(std::move(E)));
     for (uint32_t Rk : Ranks) {
       if (Rk == Boot->rank())
         return toolError(Tool, "--to-rank " + Twine(Rk) + " is tc-send "

@@ -374,21 +374,12 @@ int main(int argc, char **argv) {
   // rank has entered the closing barrier.
   std::unique_ptr<Bootstrap> Boot;
   if (Pmix) {
-    auto B = createPmixBootstrap();
+    auto B = joinJob(R.transport().address(),
+                     Listen.empty() ? std::string()
+                                    : HP->first + ":" + std::to_string(Port));
     if (!B)
       return toolError(Tool, "--pmix: " + toString(B.takeError()));
     Boot = std::move(*B);
-    auto Addr = R.transport().address();
-    if (!Addr)
-      return toolError(Tool, toString(Addr.takeError()));
-    if (Error E = Boot->put(BootstrapAddressKey, *Addr))
-      return toolError(Tool, toString(std::move(E)));
-    if (!Listen.empty())
-      if (Error E = Boot->put(BootstrapListenKey,
-                              HP->first + ":" + std::to_string(Port)))
-        return toolError(Tool, toString(std::move(E)));
-    if (Error E = Boot->fence())
-      return toolError(Tool, toString(std::move(E)));
     if (Error E = Boot->barrierAsync([](bool) {
           Stop = true;
           if (Transport *T = SignalTarget)

@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include <functional>
+#include <optional>
 
 using namespace tc;
 using namespace tc::test;
@@ -126,6 +127,57 @@ static std::string twoTripleArchive(Compression C = Compression::None) {
   return Bytes ? Bytes->str().str() : std::string();
 }
 
+/// Sends a Hello frame with \p Caps on \p C, as a peer would.
+static void sendRawHello(Transport &T, ConnId C, const Capabilities &Caps) {
+  std::string Body = encodeCapabilities(Caps);
+  Frame H;
+  H.Type = FrameType::Hello;
+  H.Data = Body;
+  std::string Header;
+  encodeFrameHeader(H, Header);
+  T.send(C, Header, Body, nullptr);
+}
+
+/// A Runtime connected (with Hello) to a target played by hand: OnFrame
+/// sees every frame the Runtime sends, and may answer through Raw.
+struct HandPlayedTarget : TransportHandler {
+  std::shared_ptr<LoopbackHub> Hub = createLoopbackHub();
+  std::unique_ptr<Runtime> S;
+  std::unique_ptr<Transport> Raw = createLoopbackTransport(Hub);
+  std::function<void(ConnId, llvm::StringRef, llvm::StringRef)> OnFrame;
+  ConnId Conn = 0;
+  std::optional<Message> M;
+
+  HandPlayedTarget(const std::string &Archive) {
+    auto R = Runtime::create(createLoopbackTransport(Hub));
+    EXPECT_TRUE(!!R);
+    S = std::move(*R);
+    Raw->setHandler(this);
+    EXPECT_TRUE(!!Raw->listen("hand", 1));
+    auto C = S->connect("hand", 1);
+    EXPECT_TRUE(!!C);
+    Conn = *C;
+    auto F = S->registerArchive(Archive);
+    EXPECT_TRUE(!!F);
+    uint64_t Arg = 1;
+    auto Msg = S->createMessage(*F, &Arg, sizeof Arg);
+    EXPECT_TRUE(!!Msg);
+    M = std::move(*Msg);
+  }
+  void onFrame(ConnId C, llvm::StringRef Header,
+               llvm::StringRef Body) override {
+    OnFrame(C, Header, Body);
+  }
+  void onDisconnect(ConnId, llvm::StringRef) override {}
+  /// Progresses both sides until \p Done or 1000 rounds.
+  void runUntil(const std::function<bool()> &Done) {
+    for (int I = 0; I < 1000 && !Done(); ++I) {
+      S->progress();
+      Raw->progress();
+    }
+  }
+};
+
 TEST(Runtime, HelloLetsTheSenderShipOnlyTheMemberTheTargetRuns) {
   for (bool All : {false, true}) {
     RuntimeOptions SourceOpts;
@@ -187,13 +239,7 @@ TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
   Capabilities Newer = P.Source->capabilities();
   Newer.WireMin = Newer.WireMax = 2;
   Newer.TcVersion = "9.0.0";
-  std::string Body = encodeCapabilities(Newer);
-  Frame H;
-  H.Type = FrameType::Hello;
-  H.Data = Body;
-  std::string Header;
-  encodeFrameHeader(H, Header);
-  P.Source->transport().send(*C2, Header, Body, nullptr);
+  sendRawHello(P.Source->transport(), *C2, Newer);
   ASSERT_TRUE(P.runUntil([&] { return !P.Errors.empty(); }));
   EXPECT_EQ(P.Errors[0].Status, WireStatus::UnsupportedVersion);
   EXPECT_EQ(P.Errors[0].Message,
@@ -206,53 +252,26 @@ TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
 }
 
 TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
-  // The target side is played by hand: it answers our Hello with wire 3-3.
-  auto Hub = createLoopbackHub();
-  auto S = Runtime::create(createLoopbackTransport(Hub));
-  ASSERT_TRUE(!!S);
-  auto Raw = createLoopbackTransport(Hub);
-  struct Answer : TransportHandler {
-    Transport *T = nullptr;
-    void onFrame(ConnId C, llvm::StringRef Header,
-                 llvm::StringRef Body) override {
-      auto F = decodeFrame(Header, Body);
-      if (!F || F->Type != FrameType::Hello) {
-        llvm::consumeError(F.takeError());
-        return;
-      }
-      Capabilities Caps = *decodeCapabilities(F->Data);
-      Caps.WireMin = Caps.WireMax = 3;
-      Caps.TcVersion = "7.0.0";
-      std::string B = encodeCapabilities(Caps);
-      Frame H;
-      H.Type = FrameType::Hello;
-      H.Data = B;
-      std::string Hd;
-      encodeFrameHeader(H, Hd);
-      T->send(C, Hd, B, nullptr);
+  // The target answers our Hello with wire 3-3.
+  HandPlayedTarget H(ifuncArchive("add", adderIR("add")));
+  H.OnFrame = [&](ConnId C, llvm::StringRef Header, llvm::StringRef Body) {
+    auto F = decodeFrame(Header, Body);
+    if (!F || F->Type != FrameType::Hello) {
+      llvm::consumeError(F.takeError());
+      return;
     }
-    void onDisconnect(ConnId, llvm::StringRef) override {}
-  } A;
-  A.T = Raw.get();
-  Raw->setHandler(&A);
-  ASSERT_TRUE(!!Raw->listen("old", 1));
-  auto C = (*S)->connect("old", 1);
-  ASSERT_TRUE(!!C);
-  auto F = (*S)->registerArchive(ifuncArchive("add", adderIR("add")));
-  ASSERT_TRUE(!!F);
-  uint64_t Arg = 1;
-  auto M = (*S)->createMessage(*F, &Arg, sizeof Arg);
-  ASSERT_TRUE(!!M);
+    Capabilities Caps = *decodeCapabilities(F->Data);
+    Caps.WireMin = Caps.WireMax = 3;
+    Caps.TcVersion = "7.0.0";
+    sendRawHello(*H.Raw, C, Caps);
+  };
   std::vector<std::string> Failures;
   auto Record = [&](llvm::Error E) {
     Failures.push_back(E ? llvm::toString(std::move(E)) : "ok");
   };
-  (*S)->send(*C, *M, Record);
-  (*S)->fence(*C, Record);
-  for (int I = 0; I < 1000 && Failures.size() < 2; ++I) {
-    (*S)->progress();
-    Raw->progress();
-  }
+  H.S->send(H.Conn, *H.M, Record);
+  H.S->fence(H.Conn, Record);
+  H.runUntil([&] { return Failures.size() >= 2; });
   ASSERT_EQ(Failures.size(), 2u);
   std::string Want = "the peer speaks tc wire versions 3-3 (tc 7.0.0), this "
                      "process 1-1 (tc " TC_VERSION_STRING
@@ -260,7 +279,7 @@ TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
   EXPECT_EQ(Failures[0], Want);
   EXPECT_EQ(Failures[1], Want);
   // Later sends fail at once, with the same words.
-  (*S)->send(*C, *M, Record);
+  H.S->send(H.Conn, *H.M, Record);
   ASSERT_EQ(Failures.size(), 3u);
   EXPECT_EQ(Failures[2], Want);
 }
@@ -268,53 +287,32 @@ TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
 TEST(Runtime, APeerThatPredatesHelloGetsEveryTargetMember) {
   // A target that does not know Hello frames answers an Error about seq 0
   // (MalformedFrame); the held sends then go out as they always did.
-  auto Hub = createLoopbackHub();
-  auto S = Runtime::create(createLoopbackTransport(Hub));
-  ASSERT_TRUE(!!S);
-  auto Raw = createLoopbackTransport(Hub);
-  struct Old : TransportHandler {
-    Transport *T = nullptr;
-    std::vector<std::string> Got; ///< archives of Invoke frames
-    void onFrame(ConnId C, llvm::StringRef Header,
-                 llvm::StringRef Body) override {
-      if (Header.size() >= 4 && uint8_t(Header[3]) == 10) {
-        Frame E;
-        E.Type = FrameType::Error;
-        E.Status = WireStatus::MalformedFrame;
-        E.Message = "malformed frame: unknown frame type 10";
-        std::string Hd;
-        encodeFrameHeader(E, Hd);
-        T->send(C, Hd, E.Message, nullptr);
-        return;
-      }
-      auto F = decodeFrame(Header, Body);
-      if (F && F->Type == FrameType::Invoke)
-        Got.push_back(F->Archive.str());
-      else if (!F)
-        llvm::consumeError(F.takeError());
+  HandPlayedTarget H(twoTripleArchive());
+  std::vector<std::string> Got; // archives of Invoke frames
+  H.OnFrame = [&](ConnId C, llvm::StringRef Header, llvm::StringRef Body) {
+    if (Header.size() >= 4 && uint8_t(Header[3]) == 10) {
+      Frame E;
+      E.Type = FrameType::Error;
+      E.Status = WireStatus::MalformedFrame;
+      E.Message = "malformed frame: unknown frame type 10";
+      std::string Hd;
+      encodeFrameHeader(E, Hd);
+      H.Raw->send(C, Hd, E.Message, nullptr);
+      return;
     }
-    void onDisconnect(ConnId, llvm::StringRef) override {}
-  } A;
-  A.T = Raw.get();
-  Raw->setHandler(&A);
-  ASSERT_TRUE(!!Raw->listen("old", 1));
-  auto C = (*S)->connect("old", 1);
-  ASSERT_TRUE(!!C);
-  auto F = (*S)->registerArchive(twoTripleArchive());
-  ASSERT_TRUE(!!F);
-  uint64_t Arg = 1;
-  auto M = (*S)->createMessage(*F, &Arg, sizeof Arg);
-  ASSERT_TRUE(!!M);
-  (*S)->send(*C, *M);
-  for (int I = 0; I < 1000 && A.Got.empty(); ++I) {
-    (*S)->progress();
-    Raw->progress();
-  }
-  ASSERT_EQ(A.Got.size(), 1u);
-  auto Shipped = readArchive(llvm::MemoryBufferRef(A.Got[0], "shipped"));
+    auto F = decodeFrame(Header, Body);
+    if (F && F->Type == FrameType::Invoke)
+      Got.push_back(F->Archive.str());
+    else if (!F)
+      llvm::consumeError(F.takeError());
+  };
+  H.S->send(H.Conn, *H.M);
+  H.runUntil([&] { return !Got.empty(); });
+  ASSERT_EQ(Got.size(), 1u);
+  auto Shipped = readArchive(llvm::MemoryBufferRef(Got[0], "shipped"));
   ASSERT_TRUE(!!Shipped) << llvm::toString(Shipped.takeError());
   EXPECT_EQ(Shipped->Members.size(), 2u);
-  EXPECT_EQ((*S)->peer(*C), nullptr);
+  EXPECT_EQ(H.S->peer(H.Conn), nullptr);
 }
 
 TEST(Runtime, WithoutHelloTheSenderShipsEveryTargetMember) {
