@@ -383,28 +383,37 @@ TEST(CApi, RecursionAToBToA) {
   tc_ep_destroy(BtoA);
 }
 
-TEST(CApi, RemoteErrorsReachTheCallback) {
-  uint64_t Counter = 0;
-  Worker Target(&Counter);
-  struct Seen {
-    int N = 0;
-    tc_status_t S = TC_OK;
-    std::string Msg;
-  } Got;
-  tc_context_h Ctx;
+/// Remote errors a worker's error_cb saw: how many, the last status, text.
+struct SeenErrors {
+  int N = 0;
+  tc_status_t S = TC_OK;
+  std::string Msg;
+};
+
+/// A new context and worker whose error_cb records into \p Got.
+static void workerSeeingErrors(SeenErrors &Got, tc_context_h &Ctx,
+                               tc_worker_h &W) {
   ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
   tc_worker_params_t WP;
   WP.field_mask = TC_WORKER_PARAM_FIELD_ERROR_CB;
   WP.error_cb = [](void *Arg, tc_ep_h, uint32_t, tc_status_t S,
                    const char *Msg) {
-    auto *G = static_cast<Seen *>(Arg);
+    auto *G = static_cast<SeenErrors *>(Arg);
     ++G->N;
     G->S = S;
     G->Msg = Msg;
   };
   WP.error_arg = &Got;
-  tc_worker_h W;
   ASSERT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+}
+
+TEST(CApi, RemoteErrorsReachTheCallback) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter);
+  SeenErrors Got;
+  tc_context_h Ctx;
+  tc_worker_h W;
+  ASSERT_NO_FATAL_FAILURE(workerSeeingErrors(Got, Ctx, W));
   tc_ep_h Ep;
   ASSERT_EQ(tc_ep_connect(W, "127.0.0.1", Target.Port, &Ep), TC_OK);
   std::string Bytes = ifuncArchive("bad", R"(
@@ -455,25 +464,10 @@ TEST(CApi, SandboxTrapEndsOneMessageAndIsReported) {
   uint16_t Port;
   ASSERT_EQ(tc_worker_listen(Target, "127.0.0.1", 0, &Port), TC_OK);
 
-  struct Seen {
-    int N = 0;
-    tc_status_t S = TC_OK;
-    std::string Msg;
-  } Got;
+  SeenErrors Got;
   tc_context_h Ctx;
-  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
-  tc_worker_params_t WP;
-  WP.field_mask = TC_WORKER_PARAM_FIELD_ERROR_CB;
-  WP.error_cb = [](void *Arg, tc_ep_h, uint32_t, tc_status_t S,
-                   const char *Msg) {
-    auto *G = static_cast<Seen *>(Arg);
-    ++G->N;
-    G->S = S;
-    G->Msg = Msg;
-  };
-  WP.error_arg = &Got;
   tc_worker_h W;
-  ASSERT_EQ(tc_worker_create(Ctx, &WP, &W), TC_OK);
+  ASSERT_NO_FATAL_FAILURE(workerSeeingErrors(Got, Ctx, W));
   tc_ep_h Ep;
   ASSERT_EQ(tc_ep_connect(W, "127.0.0.1", Port, &Ep), TC_OK);
   std::string Inc = ifuncArchive("inc", R"(
