@@ -49,6 +49,10 @@ EOF
 
 # --- Arguments ---------------------------------------------------------------
 
+# What runs here talks across the namespaces' veths: a UCX_NET_DEVICES=lo
+# that the caller (lit, for every other test) set would keep it on loopback.
+unset UCX_NET_DEVICES
+
 cmd=${1:-}
 case $cmd in
   up | down | run) shift ;;
