@@ -24,8 +24,12 @@ exec 3< <(exec "$bin/tc-serve" --listen 127.0.0.1:0 -v)
 serve_pid=$!
 cleanup() { kill -TERM "$serve_pid" 2>/dev/null || true; }
 trap cleanup EXIT
-read -r -t 30 ready <&3 || { echo "demo: tc-serve did not start" >&2; exit 1; }
-echo "$ready"
+# tc-serve -v names the code it runs, then the address it listens on.
+ready=
+while [[ $ready != *"listening on "* ]]; do
+  read -r -t 30 ready <&3 || { echo "demo: tc-serve did not start" >&2; exit 1; }
+  echo "$ready"
+done
 addr=${ready##* }
 
 echo
