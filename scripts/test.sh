@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds tc and runs every test: first the normal build (build/), then the
 # AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), each
-# through ctest (lit suite + every GoogleTest case). Installs missing
+# through ctest (lit suite + every GoogleTest case), then the runtime's
+# tests under ThreadSanitizer (scripts/tsan.sh). Installs missing
 # packages first. Exit status is non-zero if anything fails.
 set -euo pipefail
 # Under CI the heterogeneous (qemu) tests must run: lit fails if they cannot.
@@ -36,3 +37,8 @@ run_suite build
 export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 run_suite build-asan -DTC_SANITIZE=ON
+
+# The ThreadSanitizer stage: the runtime's unit, C API and end-to-end tests
+# (about 8 minutes here; the two stages above about 8 together).
+echo "== ThreadSanitizer stage (scripts/tsan.sh)"
+bash scripts/tsan.sh
