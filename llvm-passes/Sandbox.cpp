@@ -40,7 +40,7 @@ namespace tc {
 
 namespace {
 
-/// Offsets in the runtime's TcSandboxState (runtime/Sandbox.h).
+/// Offsets in the runtime's TcSandboxState (runtime/jit/Sandbox.h).
 enum StateField : unsigned {
   PayloadLo = 0,
   RegionLo = 16,

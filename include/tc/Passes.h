@@ -72,7 +72,7 @@ private:
 
 /// Why sandboxed code trapped: the first argument of tc_sandbox_trap and
 /// the kind passed to tc_sandbox_check. Part of the contract between the
-/// instrumentation and the runtime (runtime/Sandbox.cpp), not of the wire.
+/// instrumentation and the runtime (runtime/jit/Sandbox.cpp), not of the wire.
 enum SandboxTrapCause : unsigned {
   SandboxTrapLoad = 1,        ///< A read outside the memory it may touch.
   SandboxTrapStore = 2,       ///< A write outside it.

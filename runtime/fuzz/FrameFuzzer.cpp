@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Batch.h"
-#include "Frame.h"
+#include "transport/Batch.h"
+#include "protocol/Frame.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bootstrap.h"
-#include "Runtime.h"
+#include "bootstrap/Bootstrap.h"
+#include "protocol/Runtime.h"
 #include "ToolSupport.h"
 
 #include "llvm/ADT/StringExtras.h"

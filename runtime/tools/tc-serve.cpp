@@ -8,9 +8,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Guard.h"
-#include "Bootstrap.h"
-#include "Runtime.h"
+#include "jit/Guard.h"
+#include "bootstrap/Bootstrap.h"
+#include "protocol/Runtime.h"
 #include "ToolSupport.h"
 
 #include "llvm/ADT/StringExtras.h"

@@ -1,7 +1,7 @@
 //===- FrameTest.cpp - Wire frame encode/decode and defects ---------------===//
 
-#include "Batch.h"
-#include "Frame.h"
+#include "transport/Batch.h"
+#include "protocol/Frame.h"
 
 #include "llvm/Support/Endian.h"
 

@@ -1,7 +1,7 @@
 //===- JitTest.cpp - Loading and running ifunc code with ORC --------------===//
 
 #include "IfuncIR.h"
-#include "Jit.h"
+#include "jit/Jit.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

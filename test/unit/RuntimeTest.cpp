@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "IfuncIR.h"
-#include "Runtime.h"
+#include "protocol/Runtime.h"
 
 #include "tc/Version.h"
 

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Transport.h"
+#include "transport/Transport.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -9,7 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Transport.h"
+#include "transport/Transport.h"
 
 #include "gtest/gtest.h"
 

@@ -34,8 +34,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Batch.h"
-#include "Transport.h"
+#include "transport/Batch.h"
+#include "transport/Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"

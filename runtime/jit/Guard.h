@@ -14,8 +14,7 @@
 #ifndef TC_RUNTIME_GUARD_H
 #define TC_RUNTIME_GUARD_H
 
-#include "Jit.h"
-#include "Transport.h"
+#include "jit/Jit.h"
 
 #include <atomic>
 #include <cstddef>
@@ -23,11 +22,15 @@
 
 namespace tc {
 
+/// The connection a message came on (a transport's ConnId; the guard
+/// only prints it).
+using RunConnId = uint64_t;
+
 /// One running invocation (innermost first through Outer).
 struct RunRecord {
   const LoadedIfunc *Code = nullptr; ///< Null for a local function.
   const char *LocalName = nullptr;   ///< The local function's name.
-  ConnId Conn = 0;
+  RunConnId Conn = 0;
   const RunRecord *Outer = nullptr;
 };
 
@@ -38,7 +41,7 @@ extern thread_local const RunRecord *Current;
 /// bumped on every entry and exit (single writer per Runtime thread).
 extern std::atomic<const LoadedIfunc *> ActiveCode;
 extern std::atomic<const char *> ActiveLocal;
-extern std::atomic<ConnId> ActiveConn;
+extern std::atomic<RunConnId> ActiveConn;
 extern std::atomic<unsigned> ActiveDepth;
 extern std::atomic<uint64_t> Epoch;
 } // namespace guard
@@ -89,7 +92,8 @@ struct SignalSafeWriter {
 /// Formats "ifunc 'NAME' (HASH16) from connection N" (or "local function
 /// 'NAME' ...") into \p Buf, NUL-terminated; returns its length. Uses no
 /// allocation: callable from a signal handler.
-size_t formatRun(const LoadedIfunc *Code, const char *LocalName, ConnId Conn,
+size_t formatRun(const LoadedIfunc *Code, const char *LocalName,
+                 RunConnId Conn,
                  char *Buf, size_t Size);
 
 /// Installs, for this process, handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE

@@ -8,8 +8,8 @@
 
 #include "tc/tc.h"
 
-#include "Bootstrap.h"
-#include "Runtime.h"
+#include "bootstrap/Bootstrap.h"
+#include "protocol/Runtime.h"
 
 #include "llvm/Support/raw_ostream.h"
 

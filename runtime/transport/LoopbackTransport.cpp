@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Transport.h"
+#include "transport/Transport.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -1,6 +1,6 @@
 //===- Frame.cpp - tc's wire frames: encode and decode --------------------===//
 
-#include "Frame.h"
+#include "protocol/Frame.h"
 
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"

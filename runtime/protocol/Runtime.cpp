@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Runtime.h"
-#include "Guard.h"
+#include "protocol/Runtime.h"
+#include "jit/Guard.h"
 
 #include "tc/Version.h"
 

@@ -27,10 +27,10 @@
 #ifndef TC_RUNTIME_RUNTIME_H
 #define TC_RUNTIME_RUNTIME_H
 
-#include "Frame.h"
-#include "Jit.h"
-#include "Sandbox.h"
-#include "Transport.h"
+#include "protocol/Frame.h"
+#include "jit/Jit.h"
+#include "jit/Sandbox.h"
+#include "transport/Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/FunctionExtras.h"

@@ -1,6 +1,6 @@
 //===- Transport.cpp - Out-of-line anchors of the transport interface -----===//
 
-#include "Transport.h"
+#include "transport/Transport.h"
 
 namespace tc {
 

@@ -10,7 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Sandbox.h"
+#include "jit/Sandbox.h"
 
 #include "tc/Passes.h"
 

@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bootstrap.h"
+#include "bootstrap/Bootstrap.h"
 
 using namespace tc;
 

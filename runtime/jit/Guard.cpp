@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Guard.h"
+#include "jit/Guard.h"
 
 #include <csignal>
 #include <cstdlib>
@@ -19,7 +19,7 @@ namespace guard {
 thread_local const RunRecord *Current = nullptr;
 std::atomic<const LoadedIfunc *> ActiveCode{nullptr};
 std::atomic<const char *> ActiveLocal{nullptr};
-std::atomic<ConnId> ActiveConn{0};
+std::atomic<RunConnId> ActiveConn{0};
 std::atomic<unsigned> ActiveDepth{0};
 std::atomic<uint64_t> Epoch{0};
 } // namespace guard
@@ -146,7 +146,8 @@ extern "C" void tcOnExit() {
 }
 } // namespace
 
-size_t formatRun(const LoadedIfunc *Code, const char *LocalName, ConnId Conn,
+size_t formatRun(const LoadedIfunc *Code, const char *LocalName,
+                 RunConnId Conn,
                  char *Buf, size_t Size) {
   Out O(Buf, Size);
   if (Code) {

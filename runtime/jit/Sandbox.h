@@ -11,7 +11,7 @@
 #ifndef TC_RUNTIME_SANDBOX_H
 #define TC_RUNTIME_SANDBOX_H
 
-#include "Jit.h"
+#include "jit/Jit.h"
 
 #include <cstddef>
 #include <cstdint>

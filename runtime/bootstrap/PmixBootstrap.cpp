@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bootstrap.h"
+#include "bootstrap/Bootstrap.h"
 
 #include <pmix.h>
 

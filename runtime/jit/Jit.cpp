@@ -8,8 +8,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Jit.h"
-#include "Sandbox.h"
+#include "jit/Jit.h"
+#include "jit/Sandbox.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Bitcode/BitcodeReader.h"
