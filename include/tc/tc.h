@@ -161,7 +161,8 @@ enum tc_worker_params_field {
     TC_WORKER_PARAM_FIELD_ERROR_CB    = TC_BIT(1),
     TC_WORKER_PARAM_FIELD_ACCEPT_CB   = TC_BIT(2),
     TC_WORKER_PARAM_FIELD_COALESCE    = TC_BIT(3),
-    TC_WORKER_PARAM_FIELD_BOOTSTRAP   = TC_BIT(4)
+    TC_WORKER_PARAM_FIELD_BOOTSTRAP   = TC_BIT(4),
+    TC_WORKER_PARAM_FIELD_MAILBOX     = TC_BIT(5)
 };
 
 /* --- PMIx bootstrap (issue #20) */
@@ -206,6 +207,18 @@ typedef struct tc_worker_params {
      *  completion reports its own message. */
     int                  coalesce;
     tc_bootstrap_t       bootstrap;   /**< Default TC_BOOTSTRAP_NONE. */
+    /** Non-zero (the default): reactive mailboxes. The worker offers each
+     *  peer a ring of slots in registered memory; a peer whose process UCX
+     *  can map it into (shared memory) writes small messages sent without
+     *  a callback into it with one-sided puts, which this worker polls
+     *  instead of receiving active messages, and this worker does the same
+     *  with the rings its peers offer. Elsewhere (TCP, RDMA, messages too
+     *  big for a slot or sent with a callback, a full ring) messages go as
+     *  active messages; the order of messages on an endpoint is kept across
+     *  both paths. An idle worker in tc_worker_wait() watches its rings for
+     *  a bounded spin, then sleeps; senders then wake it. Zero: active
+     *  messages only. See docs/transport.md, "Mailboxes". */
+    int                  mailbox;
 } tc_worker_params_t;
 
 /** A function linked into the target, run by tc_ep_send_local(). */
@@ -233,6 +246,8 @@ typedef struct tc_worker_stats {
                                   (see tc_worker_params_t::coalesce) */
     uint64_t batched_frames; /**< and the frames they carried. */
     uint64_t sandbox_traps;  /**< Sandboxed messages ended by a trap. */
+    uint64_t mailbox_sent;     /**< Messages written into peers' mailboxes. */
+    uint64_t mailbox_received; /**< Messages taken from this worker's. */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);

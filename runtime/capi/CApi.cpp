@@ -284,6 +284,8 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
   UcxTransportOptions TOpts;
   if (Mask & TC_WORKER_PARAM_FIELD_COALESCE)
     TOpts.Coalesce = P->coalesce != 0;
+  if (Mask & TC_WORKER_PARAM_FIELD_MAILBOX)
+    TOpts.Mailbox = P->mailbox != 0;
   llvm::Expected<std::unique_ptr<Transport>> T = createUcxTransport(TOpts);
   if (!T)
     return fail(TC_ERR_IO, T.takeError());
@@ -473,6 +475,8 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   S.batches_sent = T.Batches;
   S.batched_frames = T.BatchedFrames;
   S.sandbox_traps = C.SandboxTraps;
+  S.mailbox_sent = T.MailboxSent;
+  S.mailbox_received = T.MailboxReceived;
   *Out = S;
   return TC_OK;
 }

@@ -7,11 +7,14 @@
 // compact frame can have) never accept what the general decoder rejects.
 // A Hello frame's capability record decodes to what it re-encodes to.
 // The same bytes read as a batch body (Batch.h) must split into records
-// that rebuild it exactly, or stop at a defect.
+// that rebuild it exactly, or stop at a defect; read as a mailbox slot
+// (Mailbox.h), a frame within the slot or an error; read as a mailbox offer
+// or accept record, what decodes re-encodes to the same bytes.
 //
 //===----------------------------------------------------------------------===//
 
 #include "transport/Batch.h"
+#include "transport/Mailbox.h"
 #include "protocol/Frame.h"
 
 #include <cstddef>
@@ -50,6 +53,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
     __builtin_trap();
   if (!N)
     llvm::consumeError(N.takeError());
+  // A mailbox slot: the frame it names lies within it.
+  llvm::Expected<tc::mailbox::SlotMessage> Slot = tc::mailbox::readSlot(Bytes);
+  if (Slot) {
+    const char *End = Bytes.data() + Bytes.size();
+    if (Slot->Header.empty() || Slot->Header.data() + Slot->Header.size() !=
+                                    Slot->Body.data() ||
+        Slot->Body.data() + Slot->Body.size() > End)
+      __builtin_trap();
+  } else {
+    llvm::consumeError(Slot.takeError());
+  }
+  // Mailbox records have one encoding each.
+  if (llvm::Expected<tc::mailbox::Offer> O = tc::mailbox::decodeOffer(Bytes)) {
+    if (tc::mailbox::encodeOffer(*O) != Bytes)
+      __builtin_trap();
+  } else {
+    llvm::consumeError(O.takeError());
+  }
+  if (llvm::Expected<tc::mailbox::Accept> A = tc::mailbox::decodeAccept(Bytes)) {
+    if (tc::mailbox::encodeAccept(*A) != Bytes)
+      __builtin_trap();
+  } else {
+    llvm::consumeError(A.takeError());
+  }
   llvm::Expected<tc::Frame> F = tc::decodeFrame(Bytes);
   if (!F) {
     llvm::consumeError(F.takeError());

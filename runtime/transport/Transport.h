@@ -16,6 +16,8 @@
 #ifndef TC_RUNTIME_TRANSPORT_H
 #define TC_RUNTIME_TRANSPORT_H
 
+#include "transport/Mailbox.h"
+
 #include "llvm/ADT/FunctionExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -54,6 +56,10 @@ struct TransportStats {
                                ///< or in a malformed batch.
   uint64_t Batches = 0;        ///< Batches sent (several frames in one AM)
   uint64_t BatchedFrames = 0;  ///< and the frames they carried.
+  uint64_t MailboxSent = 0;     ///< Frames written into peers' mailboxes.
+  uint64_t MailboxReceived = 0; ///< Frames taken from our mailboxes.
+  uint64_t MailboxNoCredit = 0; ///< Sent as AMs for want of mailbox credit.
+  uint64_t Doorbells = 0;       ///< Wake-ups rung for a sleeping receiver.
 };
 
 class Transport {
@@ -136,6 +142,17 @@ struct UcxTransportOptions {
   /// one connection into one active message (UcxTransport.cpp); false sends
   /// every frame as its own active message.
   bool Coalesce = true;
+  /// Reactive mailboxes (Mailbox.h, docs/transport.md "Mailboxes"): offer
+  /// each peer a ring it writes small frames into with one-sided puts, and
+  /// write the frames of trySendNow() into the rings peers offer, where UCX
+  /// maps the peer's memory here (shared memory). False: active messages
+  /// only, as before.
+  bool Mailbox = true;
+  /// The ring offered to each peer: 64 slots of 256 bytes by default.
+  mailbox::Geometry MailboxShape;
+  /// How long wait() watches the rings before it sleeps (the sender then
+  /// rings a doorbell), in microseconds.
+  unsigned MailboxSpinUs = 50;
 };
 
 /// A transport over a UCX context + worker of its own.

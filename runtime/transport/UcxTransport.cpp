@@ -37,6 +37,7 @@
 #include "transport/Batch.h"
 #include "transport/Bytes.h"
 #include "transport/Transport.h"
+#include "transport/UcxMailbox.h"
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
@@ -71,8 +72,15 @@ namespace {
 /// REPLY (header: the frame header), welcomes (header: the 8-byte token),
 /// frames sent with a token (header: token, then the frame header) and
 /// batches (header: token; body: records, Batch.h).
-constexpr unsigned InlineAmId = 0x7A, TcAmId = 0x7C, WelcomeAmId = 0x7D,
-                   TokenAmId = 0x7E, BatchAmId = 0x7F;
+constexpr unsigned InlineAmId = 0x7A, MailboxAmId = 0x7B, TcAmId = 0x7C,
+                   WelcomeAmId = 0x7D, TokenAmId = 0x7E, BatchAmId = 0x7F;
+/// The first header byte of a MailboxAmId message (a token follows):
+/// a sender accepting the ring offered in its welcome (data: the accept
+/// record), or waking a receiver that sleeps (no data).
+enum : uint8_t { MailboxAccept = 1, MailboxDoorbell = 2 };
+/// Most frames one progress() takes from one ring before it lets UCX and
+/// the other rings have their turn.
+constexpr unsigned RingBurst = 16;
 constexpr size_t TokenSize = 8;
 /// Frames whose inline message (token, size byte, header, body) is at most
 /// this long go as InlineAmId: one contiguous AM data buffer and no AM
@@ -205,7 +213,33 @@ private:
     std::deque<Outgoing> Backlog;
     /// The progress() round of this connection's last frame sent at once.
     uint64_t LastRound = 0;
+    // Mailboxes (docs/transport.md, "Mailboxes").
+    /// The ring we offered the peer in our welcome (it writes, we poll).
+    std::unique_ptr<ucx::InRing> In;
+    /// The ring the peer offered us, if we accepted it (we write).
+    std::unique_ptr<ucx::OutRing> Out;
+    /// Frames handed to the active-message path of this connection (as a
+    /// sender) and delivered from it (as a receiver), mod 2^32: a mailbox
+    /// frame carries the sender's count, and the receiver delivers it only
+    /// once it has delivered that many frames of the AM path, so the two
+    /// paths keep the order of the sends.
+    uint32_t AmSent = 0, AmDelivered = 0;
+    /// While a ring's frames are handed out, AM frames that arrive (from
+    /// a handler that progresses us) wait in Queue, so that they are not
+    /// delivered before the AM frame the drain was for.
+    bool Draining = false;
+    /// A frame sent while the peer's ring had no credit, and every frame
+    /// sent after it (mailbox or not), in order: progress() writes them as
+    /// credit comes back (flushPending()), so nothing overtakes them.
+    struct Waiting {
+      bool Mailbox; ///< Goes into the ring; else an active message.
+      std::string Header, Body;
+      unique_function<void(Error)> Done;
+    };
+    std::deque<Waiting> Pending;
   };
+  /// How a frame fared in writeSlot().
+  enum class SlotWrite { Written, NoCredit, Unusable };
 
   UcxTransport() = default;
   /// The connection \p C, or null. Remembers the last one found: frames
@@ -222,6 +256,7 @@ private:
   void eraseConn(std::map<ConnId, Conn>::iterator It) {
     if (MemoConn == &It->second)
       MemoConn = nullptr;
+    dropMailboxes(It->first, It->second);
     Conns.erase(It);
   }
   ConnId addConn(ucp_ep_h Ep, std::string Peer);
@@ -262,18 +297,60 @@ private:
   /// ones (hold()). The steady state, inline: nothing waits before it.
   ucs_status_t arrived(ConnId C, Conn &Co, StringRef Header, void *Data,
                        size_t Length, bool Rndv) {
-    if (LLVM_LIKELY(!Rndv && Co.Queue.empty())) {
-      Handler->onFrame(C, Header,
-                       StringRef(static_cast<const char *>(Data), Length));
+    if (LLVM_LIKELY(!Rndv && Co.Queue.empty() && !Co.Draining)) {
+      deliverAm(C, Co, Header,
+                StringRef(static_cast<const char *>(Data), Length));
       return UCS_OK;
     }
     return hold(C, Co, Header, Data, Length, Rndv);
   }
+  /// Hands a frame of the AM path to the handler (after the mailbox frames
+  /// sent before it, if the connection has a ring).
+  void deliverAm(ConnId C, Conn &Co, StringRef Header, StringRef Body) {
+    if (LLVM_UNLIKELY(Co.In && Co.In->Accepted))
+      return deliverAmAfterRing(C, Co, Header, Body);
+    ++Co.AmDelivered;
+    Handler->onFrame(C, Header, Body);
+  }
+  LLVM_ATTRIBUTE_NOINLINE void deliverAmAfterRing(ConnId C, Conn &Co,
+                                                  StringRef Header,
+                                                  StringRef Body);
   /// Queues a frame on \p Co, receiving it first when it is a rendezvous.
   LLVM_ATTRIBUTE_NOINLINE ucs_status_t hold(ConnId C, Conn &Co,
                                             StringRef Header, void *Data,
                                             size_t Length, bool Rndv);
   void welcome(ConnId C, Conn &Co);
+  // Mailboxes.
+  /// Writes a frame into the ring the peer of \p Co offered (which
+  /// exists): Unusable when it does not fit a slot or the ring broke,
+  /// NoCredit when the receiver has not released the slot yet.
+  SlotWrite writeSlot(Conn &Co, ConnId C, StringRef Header, StringRef Body);
+  /// sendFrame() once no frame of \p Co waits in Pending.
+  void sendFrameNow(ConnId C, Conn *Co, StringRef Header, StringRef Body,
+                    unique_function<void(Error)> &&Done, bool Room);
+  /// Sends what waits in \p C's Pending, in order, while the ring has
+  /// credit; with \p All, the frames the ring has no room for go as AMs.
+  void flushPending(ConnId C, Conn &Co, bool All);
+  LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
+  /// Delivers the frames waiting in \p C's ring, in order, as long as they
+  /// were written after at most \p AmLimit frames of the AM path (all of
+  /// them delivered). Returns false if \p C is gone.
+  bool drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames = ~0u);
+  /// Takes up to RingBurst frames from every ring; true if any.
+  LLVM_ATTRIBUTE_NOINLINE bool pollRings();
+  /// Hands released slots back to the sender of \p Co's ring.
+  void releaseSlots(Conn &Co);
+  /// Whether a frame waits in any ring (without taking it).
+  bool ringsReady();
+  /// Tells every ring's sender that we sleep (or no longer).
+  void announceSleep(bool Asleep);
+  void ringDoorbell(Conn &Co, ConnId C);
+  /// Frees \p Co's rings (a ring a delivery still reads is kept until it
+  /// returns).
+  void dropMailboxes(ConnId C, Conn &Co);
+  static ucs_status_t onMailboxAm(void *Arg, const void *Header,
+                                  size_t HeaderLen, void *Data, size_t Length,
+                                  const ucp_am_recv_param_t *Param);
   /// The open connection whose token starts \p Header (setting \p C), or
   /// null: the frame is then dropped and counted.
   Conn *byToken(const void *Header, ConnId &C);
@@ -356,12 +433,29 @@ private:
   bool Chores = false;
   /// Set by the destructor: no handler callback may run any more.
   bool Destroying = false;
+  // Mailboxes.
+  bool UseMailbox = true;
+  mailbox::Geometry Shape;
+  unsigned SpinUs = 50;
+  /// Connections whose ring a sender accepted: what progress() polls.
+  SmallVector<ConnId, 4> Rings;
+  /// Rings of closed connections that a delivery still reads.
+  std::vector<std::unique_ptr<ucx::InRing>> Retired;
+  /// Connections whose Pending may be non-empty.
+  SmallVector<ConnId, 4> PendingConns;
 };
 
 Expected<std::unique_ptr<UcxTransport>>
 UcxTransport::create(const UcxTransportOptions &Opts) {
   std::unique_ptr<UcxTransport> T(new UcxTransport());
   T->Coalesce = Opts.Coalesce;
+  T->UseMailbox = Opts.Mailbox;
+  T->Shape = Opts.MailboxShape;
+  T->SpinUs = Opts.MailboxSpinUs;
+  if (Opts.Mailbox) {
+    if (Error E = Opts.MailboxShape.check())
+      return std::move(E);
+  }
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)
@@ -387,6 +481,8 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
   ucp_params_t P{};
   P.field_mask = UCP_PARAM_FIELD_FEATURES;
   P.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  if (Opts.Mailbox)
+    P.features |= UCP_FEATURE_RMA;
   S = ucp_init(&P, Config, &T->Context);
   ucp_config_release(Config);
   if (S != UCS_OK)
@@ -404,6 +500,7 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
 
   const std::pair<unsigned, ucp_am_recv_callback_t> Handlers[] = {
       {InlineAmId, &UcxTransport::onInlineAm},
+      {MailboxAmId, &UcxTransport::onMailboxAm},
       {TcAmId, &UcxTransport::onAm},
       {WelcomeAmId, &UcxTransport::onWelcome},
       {TokenAmId, &UcxTransport::onTokenAm},
@@ -437,6 +534,14 @@ UcxTransport::~UcxTransport() {
   // not finished in a bounded time (the peer may be dead, and a flush to a
   // dead peer lasts until UCX's keepalive gives up on it).
   std::vector<ucp_ep_h> Eps;
+  // What waits for mailbox credit goes as AMs; then remote keys and
+  // registered memory go, before their endpoints.
+  for (auto &KV : Conns)
+    if (KV.second.Ep)
+      flushPending(KV.first, KV.second, /*All=*/true);
+  for (auto &KV : Conns)
+    dropMailboxes(KV.first, KV.second);
+  Retired.clear();
   for (auto &KV : Conns) {
     if (KV.second.Ep)
       flushBacklog(KV.second, KV.first, /*All=*/true);
@@ -618,6 +723,18 @@ inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
     complete(std::move(Done), formatv("connection {0} is closed", C).str());
     return;
   }
+  if (LLVM_UNLIKELY(!Co->Pending.empty())) { // Behind frames that wait.
+    Co->Pending.push_back({false, Header.str(), Body.str(), std::move(Done)});
+    return;
+  }
+  sendFrameNow(C, Co, Header, Body, std::move(Done), Room);
+}
+
+void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
+                                StringRef Body,
+                                unique_function<void(Error)> &&Done,
+                                bool Room) {
+  ++Co->AmSent; // Every frame from here on goes by active message.
   if (LLVM_UNLIKELY(!Co->PeerToken)) {
     ++Stats.ReplyFrames;
     post(*Co, C, TcAmId, Header, Body, /*Reply=*/true, std::move(Done));
@@ -663,13 +780,40 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   // connection with its token, nothing of it in UCX's hands or waiting,
   // and (with coalescing) the first frame of this progress() round.
   Conn *Co = findConn(C);
-  if (LLVM_UNLIKELY(!Co || !Co->Ep || !Co->PeerToken || Co->Held ||
-                    !Co->Backlog.empty() ||
+  if (LLVM_UNLIKELY(!Co || !Co->Ep))
+    return false;
+  // A mailbox first, where the peer offered one: no coalescing there, each
+  // frame is a put, and the receiver keeps the order with the AM path.
+  if (Co->Out) {
+    if (LLVM_UNLIKELY(!Co->Pending.empty())) {
+      // Behind frames that wait for credit; one too big for a slot is
+      // queued as an AM by sendFrame().
+      if (!Co->Out->Write.fits(Header.size() + Body.size()))
+        return false;
+      Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
+      return true;
+    }
+    switch (writeSlot(*Co, C, Header, Body)) {
+    case SlotWrite::Written:
+      return true;
+    case SlotWrite::NoCredit:
+      // The sender waits for the receiver, in order, rather than sending
+      // AMs it would have to deliver more slowly behind the ring.
+      Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
+      PendingConns.push_back(C);
+      Chores = true;
+      return true;
+    case SlotWrite::Unusable:
+      break;
+    }
+  }
+  if (LLVM_UNLIKELY(!Co->PeerToken || Co->Held || !Co->Backlog.empty() ||
                     (Coalesce && Co->LastRound == Round)))
     return false;
   if (!sendInline(*Co, Header, Body))
     return false;
   Co->LastRound = Round;
+  ++Co->AmSent;
   ++Stats.TokenFrames;
   return true;
 }
@@ -865,8 +1009,10 @@ void UcxTransport::disconnect(ConnId C) {
     return;
   // Flush: frames already sent reach the peer, and their sends complete
   // (from a later progress()) as UCX finishes them, successfully or not.
-  if (It->second.Ep)
+  if (It->second.Ep) {
+    flushPending(C, It->second, /*All=*/true);
     flushBacklog(It->second, C, /*All=*/true);
+  }
   if (It->second.Ep && It->second.Owned)
     closeEp(It->second.Ep, /*Force=*/false);
   else if (It->second.Ep)
@@ -939,12 +1085,13 @@ void UcxTransport::onConnRequest(ucp_conn_request_h Req, void *Arg) {
 void UcxTransport::deliverReady(ConnId C) {
   while (!Destroying) {
     auto It = Conns.find(C);
+    // A drain of the connection's ring delivers these when it ends.
     if (It == Conns.end() || It->second.Queue.empty() ||
-        !It->second.Queue.front()->Ready)
+        !It->second.Queue.front()->Ready || It->second.Draining)
       return;
     std::shared_ptr<Arrival> A = std::move(It->second.Queue.front());
     It->second.Queue.pop_front();
-    Handler->onFrame(C, A->Header, A->Body);
+    deliverAm(C, It->second, A->Header, A->Body);
   }
 }
 
@@ -1011,13 +1158,27 @@ void UcxTransport::welcome(ConnId C, Conn &Co) {
   Co.Token = (Random() << 32) | C;
   char Buf[TokenSize];
   support::endian::write64le(Buf, Co.Token);
+  // The welcome also offers the peer a mailbox ring (its data); a peer that
+  // cannot map it, or does not know mailboxes, ignores the offer.
+  std::string Offer;
+  if (UseMailbox) {
+    Expected<std::unique_ptr<ucx::InRing>> In =
+        ucx::InRing::create(Context, Shape);
+    if (In) {
+      Co.In = std::move(*In);
+      Offer = Co.In->offer();
+    } else {
+      consumeError(In.takeError()); // No mailbox: AMs only.
+    }
+  }
   // Best effort: should it fail, the peer just goes on sending with REPLY.
-  post(Co, C, WelcomeAmId, StringRef(Buf, TokenSize), StringRef(),
+  post(Co, C, WelcomeAmId, StringRef(Buf, TokenSize), Offer,
        /*Reply=*/true, nullptr);
 }
 
 ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
-                                     size_t HeaderLen, void *, size_t,
+                                     size_t HeaderLen, void *Data,
+                                     size_t Length,
                                      const ucp_am_recv_param_t *Param) {
   auto *T = static_cast<UcxTransport *>(Arg);
   T->Activity = true;
@@ -1027,8 +1188,33 @@ ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
   auto Known = T->ByEp.find(Param->reply_ep);
   if (Known == T->ByEp.end())
     return UCS_OK; // Closed meanwhile, or not a connection of ours.
-  if (Conn *Co = T->findConn(Known->second))
-    Co->PeerToken = support::endian::read64le(Header);
+  ConnId C = Known->second;
+  Conn *Co = T->findConn(C);
+  if (!Co || Co->PeerToken)
+    return UCS_OK;
+  Co->PeerToken = support::endian::read64le(Header);
+  // A mailbox offer (rendezvous data is not read: tc's offers are small).
+  if (!T->UseMailbox || Length == 0 || Co->Out ||
+      (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+    return UCS_OK;
+  Expected<mailbox::Offer> Offer = mailbox::decodeOffer(
+      StringRef(static_cast<const char *>(Data), Length));
+  if (!Offer) {
+    consumeError(Offer.takeError()); // AMs only on this connection.
+    return UCS_OK;
+  }
+  Expected<std::unique_ptr<ucx::OutRing>> Out =
+      ucx::OutRing::accept(T->Context, Co->Ep, *Offer);
+  if (!Out) {
+    consumeError(Out.takeError()); // Not mapped here (TCP, RDMA): AMs.
+    return UCS_OK;
+  }
+  Co->Out = std::move(*Out);
+  char Head[1 + TokenSize];
+  Head[0] = char(MailboxAccept);
+  support::endian::write64le(Head + 1, Co->PeerToken);
+  T->post(*Co, C, MailboxAmId, StringRef(Head, sizeof Head),
+          Co->Out->acceptRecord(), /*Reply=*/false, nullptr);
   return UCS_OK;
 }
 
@@ -1157,6 +1343,13 @@ bool UcxTransport::progress() {
   ++Round;
   if (LLVM_UNLIKELY(Chores))
     return progressWithChores();
+  // Mailbox frames first: a pass that found some returns (the caller
+  // calls again), so a stream of them costs no UCX poll per frame.
+  if (!Rings.empty() && pollRings()) {
+    if (LLVM_UNLIKELY(Chores))
+      doChores();
+    return Activity = true;
+  }
   Activity = ucp_worker_progress(Worker) != 0;
   // What handlers and callbacks queued in this round.
   if (LLVM_UNLIKELY(Chores))
@@ -1166,8 +1359,9 @@ bool UcxTransport::progress() {
 
 bool UcxTransport::progressWithChores() {
   bool Flushed = !Backlogged.empty() && flushBacklogs();
+  bool Polled = !Rings.empty() && pollRings();
   Activity = ucp_worker_progress(Worker) != 0;
-  Activity |= Flushed;
+  Activity |= Flushed | Polled;
   doChores();
   return Activity;
 }
@@ -1181,8 +1375,10 @@ void UcxTransport::doChores() {
     flushBacklogs();
   if (!Closing.empty())
     reapClosing();
+  if (!PendingConns.empty())
+    flushPendings();
   Chores = !Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
-           !Closing.empty();
+           !Closing.empty() || !PendingConns.empty();
 }
 
 void UcxTransport::report() {
@@ -1215,6 +1411,9 @@ void UcxTransport::report() {
       for (Outgoing &O : It->second.Backlog)
         for (auto &D : O.Done)
           Late.push_back(std::move(D));
+      for (Conn::Waiting &W : It->second.Pending)
+        if (W.Done)
+          Late.push_back(std::move(W.Done));
       eraseConn(It);
       for (auto &Done : Late)
         Done(createStringError(L.second));
@@ -1226,7 +1425,10 @@ void UcxTransport::report() {
 Error UcxTransport::wait(int TimeoutMs) {
   // A backlog is sent from progress(), and UCX raises no event when the
   // sends it waits for leave: keep the caller progressing.
-  if (!Completions.empty() || !Lost.empty() || !Backlogged.empty())
+  // Frames waiting for mailbox credit: it comes back by put, which raises
+  // no event here either.
+  if (!Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
+      !PendingConns.empty())
     return Error::success();
   ucs_status_t S = ucp_worker_arm(Worker);
   if (S == UCS_ERR_BUSY)
@@ -1237,7 +1439,31 @@ Error UcxTransport::wait(int TimeoutMs) {
   if ((S = ucp_worker_get_efd(Worker, &Efd)) != UCS_OK)
     return ucxError("ucp_worker_get_efd", S);
   pollfd Fds[2] = {{Efd, POLLIN, 0}, {WakeFd, POLLIN, 0}};
+  if (!Rings.empty()) {
+    // Puts into our rings raise no event. Watch them for a bounded spin
+    // (an active message or signal() ends it too), then tell their senders
+    // we sleep, so the next frame comes with a doorbell (writeSlot()).
+    if (ringsReady())
+      return Error::success();
+    auto Until = std::chrono::steady_clock::now() +
+                 std::chrono::microseconds(SpinUs);
+    for (unsigned I = 1;; ++I) {
+      if (ringsReady())
+        return Error::success();
+      if (I % 64 == 0) {
+        if (poll(Fds, 2, 0) != 0 || std::chrono::steady_clock::now() >= Until)
+          break;
+      }
+    }
+    announceSleep(true);
+    if (ringsReady()) { // A frame came before the announcement was seen.
+      announceSleep(false);
+      return Error::success();
+    }
+  }
   int RC = poll(Fds, 2, TimeoutMs);
+  if (!Rings.empty())
+    announceSleep(false);
   if (RC < 0 && errno != EINTR)
     return createStringError(std::error_code(errno, std::generic_category()),
                              "poll: %s", strerror(errno));
@@ -1255,6 +1481,281 @@ void UcxTransport::signal() {
   // write(2) is async-signal-safe: tc-serve calls this from SIGTERM.
   ssize_t R = write(WakeFd, &One, sizeof(One));
   (void)R;
+}
+
+//===----------------------------------------------------------------------===//
+// Mailboxes (docs/transport.md, "Mailboxes")
+//===----------------------------------------------------------------------===//
+
+UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
+                                                StringRef Header,
+                                                StringRef Body) {
+  ucx::OutRing &O = *Co.Out;
+  if (LLVM_UNLIKELY(O.Broken) || !O.Write.fits(Header.size() + Body.size()))
+    return SlotWrite::Unusable;
+  // Credit is read from the flags the receiver writes only when what was
+  // read last is used up: that cache line moves between the processes
+  // once per bank, not once per frame.
+  if (LLVM_UNLIKELY(!O.Credit)) {
+    O.Credit = O.released() + O.Write.shape().Slots - O.Write.next();
+    if (!O.Credit) {
+      ++Stats.MailboxNoCredit;
+      return SlotWrite::NoCredit;
+    }
+  }
+  uint64_t N = O.Write.next();
+  uint64_t Slot = O.RingAddress + O.Write.slotOffset(N);
+  // The content, a fence, then the signal word: the receiver, which reads
+  // the signal first, never sees a signalled slot with old content.
+  size_t Len = mailbox::encodeSlotContent(&O.Staging[0], Co.AmSent, Header,
+                                          Body);
+  O.SignalWord = mailbox::signalOf(N);
+  if (Error E = ucx::put(Worker, Co.Ep, O.Staging.data(), Len,
+                         Slot + mailbox::ContentOffset, O.Ring)) {
+    consumeError(std::move(E));
+    O.Broken = true; // The AM path from now on.
+    return SlotWrite::Unusable;
+  }
+  ucp_worker_fence(Worker);
+  if (Error E = ucx::put(Worker, Co.Ep, &O.SignalWord, sizeof O.SignalWord,
+                         Slot + mailbox::SignalOffset, O.Ring)) {
+    // Content without a signal is never read; the slot is written again
+    // by the next message of this number, which is now an AM.
+    consumeError(std::move(E));
+    O.Broken = true;
+    return SlotWrite::Unusable;
+  }
+  O.Write.wrote();
+  --O.Credit;
+  ++Stats.MailboxSent;
+  // Dekker with the receiver's sleep announcement (announceSleep): our
+  // signal store, then its flag load here; its flag store, then its ring
+  // loads there. With a full fence on both sides one of us sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (LLVM_UNLIKELY(O.receiverAsleep()))
+    ringDoorbell(Co, C);
+  return SlotWrite::Written;
+}
+
+void UcxTransport::flushPending(ConnId C, Conn &Co, bool All) {
+  while (!Co.Pending.empty()) {
+    Conn::Waiting &W = Co.Pending.front();
+    if (W.Mailbox) {
+      SlotWrite R = Co.Out ? writeSlot(Co, C, W.Header, W.Body)
+                           : SlotWrite::Unusable;
+      if (R == SlotWrite::NoCredit && !All)
+        return;
+      if (R != SlotWrite::Written) // In its place, as an AM.
+        sendFrameNow(C, &Co, W.Header, W.Body, nullptr, /*Room=*/false);
+    } else {
+      sendFrameNow(C, &Co, W.Header, W.Body, std::move(W.Done),
+                   /*Room=*/false);
+    }
+    Co.Pending.pop_front();
+  }
+}
+
+bool UcxTransport::flushPendings() {
+  llvm::erase_if(PendingConns, [&](ConnId C) {
+    Conn *Co = findConn(C);
+    if (!Co || !Co->Ep)
+      return true;
+    flushPending(C, *Co, /*All=*/false);
+    return Co->Pending.empty();
+  });
+  return true;
+}
+
+void UcxTransport::ringDoorbell(Conn &Co, ConnId C) {
+  ++Stats.Doorbells;
+  char Head[1 + TokenSize];
+  Head[0] = char(MailboxDoorbell);
+  support::endian::write64le(Head + 1, Co.PeerToken);
+  // Its arrival wakes the receiver's worker; the handler does nothing.
+  post(Co, C, MailboxAmId, StringRef(Head, sizeof Head), StringRef(),
+       /*Reply=*/false, nullptr);
+}
+
+bool UcxTransport::drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames) {
+  Conn *Co = findConn(C);
+  if (!Co)
+    return false;
+  bool Outer = !Co->Draining;
+  Co->Draining = true;
+  bool Open = true;
+  for (unsigned Taken = 0; Taken < MaxFrames; ++Taken) {
+    Co = findConn(C);
+    if (!Co || Destroying) {
+      Open = false;
+      break;
+    }
+    ucx::InRing *In = Co->In.get();
+    if (!In || !In->Accepted || !In->hasNext())
+      break;
+    char *Slot = In->nextSlot();
+    Expected<mailbox::SlotMessage> M =
+        mailbox::readSlot(StringRef(Slot, In->Read.shape().SlotBytes));
+    if (!M) {
+      // Only the peer writes here: a defect is its own frame's loss.
+      consumeError(M.takeError());
+      ++Stats.DroppedFrames;
+      In->Read.take();
+      continue;
+    }
+    // Written after an AM frame not delivered yet: it waits for it.
+    if (int32_t(M->AmBefore - AmLimit) > 0)
+      break;
+    In->Read.take();
+    ++Stats.MailboxReceived;
+    // The handler reads the frame in the slot; an ifunc it runs may
+    // progress us and take the next frames, or close the connection: the
+    // slot is released only when no delivery from this ring runs, and a
+    // ring whose connection closed meanwhile is freed only then.
+    ++In->Delivering;
+    Handler->onFrame(C, M->Header, M->Body);
+    --In->Delivering;
+    Co = findConn(C);
+    if (!Co || Co->In.get() != In) {
+      if (!In->Delivering)
+        llvm::erase_if(Retired, [&](const std::unique_ptr<ucx::InRing> &R) {
+          return R.get() == In;
+        });
+      Open = false;
+      break;
+    }
+    if (!In->Delivering)
+      releaseSlots(*Co);
+  }
+  if (!Open)
+    return false;
+  if (Outer) {
+    Co->Draining = false;
+    // AM frames that came meanwhile, in order.
+    if (!Co->Queue.empty())
+      deliverReady(C);
+  }
+  return findConn(C) != nullptr;
+}
+
+void UcxTransport::deliverAmAfterRing(ConnId C, Conn &Co, StringRef Header,
+                                      StringRef Body) {
+  // The mailbox frames sent before this one go first.
+  if (!drainRing(C, Co.AmDelivered))
+    return;
+  Conn *Again = findConn(C);
+  if (!Again)
+    return;
+  ++Again->AmDelivered;
+  Handler->onFrame(C, Header, Body);
+}
+
+bool UcxTransport::pollRings() {
+  bool Did = false;
+  // By index: a handler may close connections (and shrink the list).
+  for (size_t I = 0; I < Rings.size(); ++I) {
+    ConnId C = Rings[I];
+    Conn *Co = findConn(C);
+    if (!Co || !Co->In || Co->Draining || !Co->In->hasNext())
+      continue;
+    uint64_t Before = Co->In->Read.next();
+    ucx::InRing *In = Co->In.get();
+    if (!drainRing(C, Co->AmDelivered, RingBurst)) {
+      Did = true;
+      continue;
+    }
+    Co = findConn(C);
+    Did |= Co && Co->In.get() == In && In->Read.next() != Before;
+  }
+  return Did;
+}
+
+void UcxTransport::releaseSlots(Conn &Co) {
+  ucx::InRing &In = *Co.In;
+  uint64_t Released = In.Read.release();
+  if (!Released || !Co.Ep)
+    return;
+  In.ReleasedWord = Released;
+  if (Error E = ucx::put(Worker, Co.Ep, &In.ReleasedWord, sizeof(uint64_t),
+                         In.SenderFlagsAddress + mailbox::ReleasedOffset,
+                         In.SenderFlags))
+    consumeError(std::move(E)); // The sender falls back to AMs when full.
+}
+
+bool UcxTransport::ringsReady() {
+  for (ConnId C : Rings)
+    if (Conn *Co = findConn(C); Co && Co->In && Co->In->hasNext())
+      return true;
+  return false;
+}
+
+void UcxTransport::announceSleep(bool Asleep) {
+  for (ConnId C : Rings) {
+    Conn *Co = findConn(C);
+    if (!Co || !Co->In || !Co->Ep || Co->In->Asleep == Asleep)
+      continue;
+    ucx::InRing &In = *Co->In;
+    In.Asleep = Asleep;
+    In.AsleepWord = Asleep;
+    if (Error E = ucx::put(Worker, Co->Ep, &In.AsleepWord, sizeof(uint64_t),
+                           In.SenderFlagsAddress + mailbox::AsleepOffset,
+                           In.SenderFlags))
+      consumeError(std::move(E));
+  }
+  // See writeSlot(): our flag stores before our ring loads.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void UcxTransport::dropMailboxes(ConnId C, Conn &Co) {
+  Co.Out.reset();
+  llvm::erase(Rings, C);
+  if (Co.In && Co.In->Delivering)
+    Retired.push_back(std::move(Co.In)); // Freed when the delivery returns.
+  Co.In.reset();
+}
+
+ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
+                                       size_t HeaderLen, void *Data,
+                                       size_t Length,
+                                       const ucp_am_recv_param_t *Param) {
+  auto *T = static_cast<UcxTransport *>(Arg);
+  T->Activity = true;
+  if (T->Destroying || HeaderLen != 1 + TokenSize ||
+      (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    ++T->Stats.DroppedFrames;
+    return UCS_OK;
+  }
+  ConnId C;
+  Conn *Co = T->byToken(static_cast<const char *>(Header) + 1, C);
+  if (!Co)
+    return UCS_OK;
+  uint8_t Kind = *static_cast<const uint8_t *>(Header);
+  if (Kind == MailboxDoorbell)
+    return UCS_OK; // Its arrival woke us; progress() polls the rings.
+  if (Kind != MailboxAccept || !Co->In || Co->In->Accepted) {
+    ++T->Stats.DroppedFrames;
+    return UCS_OK;
+  }
+  Expected<mailbox::Accept> A = mailbox::decodeAccept(
+      StringRef(static_cast<const char *>(Data), Length));
+  if (!A) {
+    consumeError(A.takeError());
+    ++T->Stats.DroppedFrames;
+    return UCS_OK;
+  }
+  Expected<ucx::RemoteKey> Key =
+      ucx::RemoteKey::unpackMapped(Co->Ep, A->RemoteKey, A->FlagsAddress);
+  if (!Key) {
+    // The peer maps our ring but we cannot map its flags: no credit could
+    // ever go back, so the ring is not polled and the peer runs out of
+    // credit after one lap and sends AMs.
+    consumeError(Key.takeError());
+    return UCS_OK;
+  }
+  Co->In->SenderFlags = std::move(*Key);
+  Co->In->SenderFlagsAddress = A->FlagsAddress;
+  Co->In->Accepted = true;
+  T->Rings.push_back(C);
+  return UCS_OK;
 }
 
 } // namespace

@@ -120,6 +120,87 @@ TEST(CApi, RegisterByNameSearchesTheIfuncPath) {
   tc_context_destroy(Ctx);
 }
 
+TEST(CApi, MailboxParamChoosesThePathOverSharedMemory) {
+  // Workers on shared memory only, connected by address: with mailboxes
+  // (the default) cached messages sent with no callback go through the
+  // target's ring; with mailbox = 0 as active messages. Either way every
+  // one of them runs.
+  const char *Old = std::getenv("UCX_TLS");
+  std::string Saved = Old ? Old : "";
+  setenv("UCX_TLS", "posix,self", 1);
+  struct Restore {
+    std::string V;
+    bool Had;
+    ~Restore() {
+      if (Had)
+        setenv("UCX_TLS", V.c_str(), 1);
+      else
+        unsetenv("UCX_TLS");
+    }
+  } R{Saved, Old != nullptr};
+  for (int Mailbox : {-1, 0}) {
+    SCOPED_TRACE(Mailbox < 0 ? "default" : "mailbox = 0");
+    uint64_t Counter = 0;
+    tc_context_h Ctx;
+    ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+    tc_worker_params_t WP;
+    WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+    WP.target_args = &Counter;
+    if (Mailbox >= 0) {
+      WP.field_mask |= TC_WORKER_PARAM_FIELD_MAILBOX;
+      WP.mailbox = Mailbox;
+    }
+    tc_worker_h Target, Source;
+    ASSERT_EQ(tc_worker_create(Ctx, &WP, &Target), TC_OK);
+    WP.field_mask &= ~uint64_t(TC_WORKER_PARAM_FIELD_TARGET_ARGS);
+    ASSERT_EQ(tc_worker_create(Ctx, &WP, &Source), TC_OK);
+    void *Addr;
+    size_t Len;
+    ASSERT_EQ(tc_worker_get_address(Target, &Addr, &Len), TC_OK);
+    tc_ep_h Ep;
+    ASSERT_EQ(tc_ep_connect_address(Source, Addr, Len, &Ep), TC_OK);
+    tc_worker_release_address(Target, Addr);
+    std::string Bytes = ifuncArchive("add", adderIR("add"));
+    tc_ifunc_h F;
+    ASSERT_EQ(tc_ifunc_register_archive(Source, Bytes.data(), Bytes.size(),
+                                        &F),
+              TC_OK);
+    uint64_t One = 1;
+    tc_msg_h M;
+    ASSERT_EQ(tc_msg_create(F, &One, sizeof One, &M), TC_OK);
+    // One at a time first (the ring is offered with the first answer),
+    // then a burst.
+    uint64_t Sent = 0;
+    ASSERT_TRUE(runUntil({Source, Target}, [&]() -> bool {
+      if (Counter == Sent && Sent < 50) {
+        EXPECT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+        ++Sent;
+      }
+      return Counter == 50;
+    }));
+    for (int I = 0; I < 200; ++I)
+      ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+    ASSERT_TRUE(runUntil({Source, Target}, [&] { return Counter == 250; }));
+    tc_worker_stats_t S, T;
+    ASSERT_EQ(tc_worker_query_stats(Source, &S), TC_OK);
+    ASSERT_EQ(tc_worker_query_stats(Target, &T), TC_OK);
+    if (Mailbox < 0) {
+      EXPECT_GT(S.mailbox_sent, 200u);
+      EXPECT_EQ(T.mailbox_received, S.mailbox_sent);
+    } else {
+      EXPECT_EQ(S.mailbox_sent, 0u);
+      EXPECT_EQ(T.mailbox_received, 0u);
+    }
+    EXPECT_EQ(T.executed, 250u);
+    tc_msg_free(M);
+    tc_ifunc_deregister(F);
+    tc_ep_destroy(Ep);
+    tc_worker_destroy(Source);
+    tc_worker_destroy(Target);
+    tc_context_destroy(Ctx);
+  }
+}
+
 TEST(CApi, SendFlushAndStats) {
   uint64_t Counter = 0;
   Worker Target(&Counter), Source;

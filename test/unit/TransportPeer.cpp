@@ -1,15 +1,19 @@
 //===- TransportPeer.cpp - Echo server for multi-process transport tests --===//
 //
-// tc-transport-peer TLS [NET_DEVICES]: listens with a UCX transport on
-// 127.0.0.1, any port, prints "listening on 127.0.0.1:PORT" and echoes every
-// frame back on the connection it came from until a frame with header
-// "quit" arrives. TransportTest starts it. It also exits when its parent
-// goes away or after a minute, so a failed test never leaves it behind.
+// tc-transport-peer TLS [NET_DEVICES] [--address]: listens with a UCX
+// transport on 127.0.0.1, any port, prints "listening on 127.0.0.1:PORT" and
+// echoes every frame back on the connection it came from until a frame with
+// header "quit" arrives. With --address it prints "address HEX" (its worker
+// address) instead, for a peer that connects by address, and echoes with
+// trySendNow() first, so echoes go by mailbox where the transport has one.
+// TransportTest starts it. It also exits when its parent goes away or after
+// a minute, so a failed test never leaves it behind.
 //
 //===----------------------------------------------------------------------===//
 
 #include "transport/Transport.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
@@ -25,6 +29,7 @@ namespace {
 struct Echo final : TransportHandler {
   Transport *T = nullptr;
   bool Quit = false;
+  bool Now = false; ///< Echo with trySendNow() first.
   /// Bodies being echoed: a body must live until its send completes.
   std::list<std::string> Bodies;
 
@@ -34,6 +39,8 @@ struct Echo final : TransportHandler {
       Quit = true;
       return;
     }
+    if (Now && T->trySendNow(C, Header, Body))
+      return;
     auto It = Bodies.insert(Bodies.end(), Body.str());
     T->send(C, Header, *It, [this, It](llvm::Error E) {
       if (E)
@@ -48,8 +55,11 @@ struct Echo final : TransportHandler {
 } // namespace
 
 int main(int Argc, char **Argv) {
+  bool ByAddress = Argc > 2 && llvm::StringRef(Argv[Argc - 1]) == "--address";
+  if (ByAddress)
+    --Argc;
   if (Argc < 2) {
-    llvm::errs() << "usage: tc-transport-peer TLS [NET_DEVICES]\n";
+    llvm::errs() << "usage: tc-transport-peer TLS [NET_DEVICES] [--address]\n";
     return 2;
   }
   if (Argc > 2)
@@ -65,14 +75,25 @@ int main(int Argc, char **Argv) {
   }
   Echo E;
   E.T = T->get();
+  E.Now = ByAddress;
   (*T)->setHandler(&E);
-  auto Port = (*T)->listen("127.0.0.1", 0);
-  if (!Port) {
-    llvm::errs() << "tc-transport-peer: " << llvm::toString(Port.takeError())
-                 << "\n";
-    return 1;
+  if (ByAddress) {
+    auto Addr = (*T)->address();
+    if (!Addr) {
+      llvm::errs() << "tc-transport-peer: " << llvm::toString(Addr.takeError())
+                   << "\n";
+      return 1;
+    }
+    printf("address %s\n", llvm::toHex(*Addr, /*LowerCase=*/true).c_str());
+  } else {
+    auto Port = (*T)->listen("127.0.0.1", 0);
+    if (!Port) {
+      llvm::errs() << "tc-transport-peer: "
+                   << llvm::toString(Port.takeError()) << "\n";
+      return 1;
+    }
+    printf("listening on 127.0.0.1:%u\n", unsigned(*Port));
   }
-  printf("listening on 127.0.0.1:%u\n", unsigned(*Port));
   fflush(stdout);
   auto Deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   while (!E.Quit && getppid() == Parent &&

@@ -11,13 +11,19 @@
 
 #include "transport/Transport.h"
 
+#include "llvm/ADT/StringExtras.h"
+
 #include "gtest/gtest.h"
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <list>
+#include <mutex>
+#include <random>
 #include <cstdlib>
 #include <poll.h>
 #include <spawn.h>
@@ -773,8 +779,9 @@ class PeerProcess {
 public:
   ~PeerProcess() { kill(); }
 
-  /// Starts it and reads "listening on 127.0.0.1:PORT" within 10 s.
-  llvm::Expected<uint16_t> start(const Tls &P) {
+  /// Starts it and reads "listening on 127.0.0.1:PORT" within 10 s (with
+  /// \p ByAddress, "address HEX" into Address, and returns 0).
+  llvm::Expected<uint16_t> start(const Tls &P, bool ByAddress = false) {
     int Fds[2];
     if (pipe(Fds) != 0)
       return llvm::createStringError("pipe failed");
@@ -786,6 +793,8 @@ public:
     std::vector<const char *> Argv = {TC_TRANSPORT_PEER_PATH, P.Transports};
     if (P.NetDevices)
       Argv.push_back(P.NetDevices);
+    if (ByAddress)
+      Argv.push_back("--address");
     Argv.push_back(nullptr);
     int RC = posix_spawn(&Pid, TC_TRANSPORT_PEER_PATH, &FA, nullptr,
                          const_cast<char **>(Argv.data()), environ);
@@ -813,11 +822,19 @@ public:
                                        Line.c_str());
       Line.append(Buf, size_t(N));
     }
+    if (ByAddress) {
+      llvm::StringRef Hex = llvm::StringRef(Line).trim();
+      if (!Hex.consume_front("address ") ||
+          !llvm::tryGetFromHex(Hex, Address))
+        return llvm::createStringError("bad ready line '%s'", Line.c_str());
+      return 0;
+    }
     unsigned Port;
     if (sscanf(Line.c_str(), "listening on 127.0.0.1:%u", &Port) != 1)
       return llvm::createStringError("bad ready line '%s'", Line.c_str());
     return uint16_t(Port);
   }
+  std::string Address; ///< Its worker address, after start(P, true).
 
   /// The exit status once it has exited, or -1 if still running.
   int poll() {
@@ -902,5 +919,211 @@ TEST_P(UcxPeerTest, KilledPeerIsReportedAsDisconnect) {
 
 INSTANTIATE_TEST_SUITE_P(Tls, UcxPeerTest, ::testing::Values(Shm, Tcp),
                          [](const auto &I) { return I.param.Name; });
+
+//===----------------------------------------------------------------------===//
+// Mailboxes (UcxTransport over shared memory, peers connected by address)
+//===----------------------------------------------------------------------===//
+
+// Shared memory only: endpoints get peer error handling on posix (see
+// wantSharedMemoryErrorHandling), and UCX maps the peers' rings.
+const Tls ShmOnly{"shm-only", "posix,self", nullptr};
+
+/// Two transports of this process, A connected to B by address, with A
+/// writing into the ring B offered once setUp() returns.
+struct MailboxPair {
+  std::unique_ptr<Side> A, B;
+  ConnId C = 0;
+  std::vector<std::string> Headers, Bodies;
+
+  void setUp() {
+    A = std::make_unique<Side>(ucx(ShmOnly));
+    B = std::make_unique<Side>(ucx(ShmOnly));
+    ASSERT_TRUE(A->T && B->T);
+    auto Addr = B->T->address();
+    ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
+    auto Conn = A->T->connectAddress(*Addr);
+    ASSERT_TRUE(!!Conn) << llvm::toString(Conn.takeError());
+    C = *Conn;
+    // The first frames go as AMs; B's welcome offers the ring, A accepts.
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      send("probe", true);
+      return A->T->stats().MailboxSent > 0;
+    }));
+  }
+  /// Sends the next frame, with trySendNow() (the mailbox if it can) or
+  /// send() (always an AM).
+  void send(const std::string &Body, bool Now) {
+    std::string H = "f" + std::to_string(Headers.size());
+    if (!Now || !A->T->trySendNow(C, H, Body))
+      A->send(C, H, Body);
+    Headers.push_back(H);
+    Bodies.push_back(Body);
+  }
+  /// Everything sent arrived at B, in order.
+  void expectAllInOrder() {
+    ASSERT_TRUE(pump({A.get(), B.get()},
+                     [&] { return B->E.Frames.size() == Headers.size(); },
+                     10000))
+        << B->E.Frames.size() << " of " << Headers.size();
+    for (size_t I = 0; I < Headers.size(); ++I) {
+      ASSERT_EQ(B->E.Frames[I].Header, Headers[I]);
+      ASSERT_TRUE(B->E.Frames[I].Body == Bodies[I]) << I;
+      EXPECT_EQ(B->E.Frames[I].Conn, B->E.Frames[0].Conn);
+    }
+  }
+};
+
+TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
+  // Small frames through trySendNow() go by mailbox; frames too big for a
+  // slot, frames sent with send() (a completion to report), and frames
+  // when the ring has no credit go as AMs. B delivers all of them in the
+  // order A sent them.
+  MailboxPair P;
+  P.setUp();
+  std::mt19937 Rng(5);
+  for (int Burst = 0; Burst < 30; ++Burst) {
+    // Bursts without B's progress fill the 64-slot ring.
+    for (int I = 0; I < 100; ++I) {
+      switch (Rng() % 6) {
+      case 0:
+      case 1:
+      case 2:
+        P.send(pattern(Rng() % 40, I), true);
+        break;
+      case 3:
+        P.send(pattern(Rng() % 40, I), false);
+        break;
+      case 4:
+        P.send(pattern(300, I), true); // More than a 256-byte slot holds.
+        break;
+      default:
+        P.send(pattern(Rng() % 8 ? 9 : 70000, I), Rng() % 2); // Rendezvous.
+      }
+      if (I % 25 == 0)
+        P.A->progress();
+    }
+    for (int K = 0; K < 5; ++K) {
+      P.A->progress();
+      P.B->progress();
+    }
+  }
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_GT(SA.MailboxSent, 100u);
+  EXPECT_GT(SA.MailboxNoCredit, 0u) << "the ring never ran full";
+  EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, NoRingOverTcp) {
+  // UCX cannot map a peer's memory over TCP: the offer is declined and
+  // every frame goes as an AM.
+  auto A = std::make_unique<Side>(ucx(Tcp)), B = std::make_unique<Side>(ucx(Tcp));
+  ASSERT_TRUE(A->T && B->T);
+  auto Addr = B->T->address();
+  ASSERT_TRUE(!!Addr);
+  auto C = A->T->connectAddress(*Addr);
+  ASSERT_TRUE(!!C);
+  unsigned Sent = 0;
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    if (!A->T->trySendNow(*C, "x", "1"))
+      A->send(*C, "x", "1");
+    ++Sent;
+    return A->T->stats().TokenFrames > 5;
+  }));
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return B->E.Frames.size() == Sent; }));
+  EXPECT_EQ(A->T->stats().MailboxSent, 0u);
+  EXPECT_EQ(B->T->stats().MailboxReceived, 0u);
+}
+
+TEST(UcxMailbox, ASleepingReceiverIsWokenByADoorbell) {
+  // B sleeps in wait() on a thread of its own (after its spin); a frame A
+  // writes into B's ring then comes with a doorbell, which wakes it long
+  // before its 20 s timeout. A cycle in which B's spin saw the frame first
+  // has no doorbell; cycles repeat until one had one.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  bool Rang = false;
+  for (int Cycle = 0; Cycle < 50 && !Rang; ++Cycle) {
+    std::mutex M;
+    std::condition_variable CV;
+    bool Woke = false;
+    std::chrono::steady_clock::duration Slept{};
+    std::thread Sleeper([&] {
+      auto T0 = Clock::now();
+      llvm::Error E = P.B->T->wait(20000);
+      EXPECT_FALSE(!!E);
+      llvm::consumeError(std::move(E));
+      std::lock_guard<std::mutex> G(M);
+      Slept = Clock::now() - T0;
+      Woke = true;
+      CV.notify_all();
+    });
+    uint64_t Rings0 = P.A->T->stats().Doorbells;
+    {
+      // Let the sleeper get past its spin, then write one frame.
+      std::unique_lock<std::mutex> L(M);
+      CV.wait_for(L, milliseconds(5), [&] { return Woke; });
+    }
+    P.send(pattern(3, Cycle), true);
+    {
+      std::unique_lock<std::mutex> L(M);
+      ASSERT_TRUE(CV.wait_for(L, std::chrono::seconds(10), [&] { return Woke; }))
+          << "the receiver slept through a frame";
+    }
+    Sleeper.join();
+    EXPECT_LT(Slept, std::chrono::seconds(10));
+    Rang = P.A->T->stats().Doorbells > Rings0;
+    P.expectAllInOrder();
+  }
+  EXPECT_TRUE(Rang) << "no cycle found the receiver asleep";
+}
+
+TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
+  // A peer process echoing through its mailbox into ours is killed in the
+  // middle of the traffic: the connection is reported lost, no send hangs,
+  // and this process goes on. Over shared memory UCX notices a dead peer by
+  // its keepalive (every 20 s by default, as on the AM path): 1 s here, for
+  // both processes.
+  setenv("UCX_KEEPALIVE_INTERVAL", "1s", 1);
+  struct Unset {
+    ~Unset() { unsetenv("UCX_KEEPALIVE_INTERVAL"); }
+  } Restore;
+  PeerProcess Peer;
+  auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
+  ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+  auto Me = std::make_unique<Side>(ucx(ShmOnly));
+  ASSERT_TRUE(Me->T);
+  auto C = Me->T->connectAddress(Peer.Address);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  unsigned Sent = 0;
+  auto Send = [&] {
+    std::string H = "m" + std::to_string(Sent++);
+    if (!Me->T->trySendNow(*C, H, "x"))
+      Me->send(*C, H, "x");
+  };
+  // Until frames flow through the mailboxes both ways.
+  ASSERT_TRUE(pump({Me.get()}, [&] {
+    Send();
+    return Me->T->stats().MailboxSent > 10 &&
+           Me->T->stats().MailboxReceived > 10;
+  }, 10000));
+  Peer.kill();
+  // Keep writing: the ring of a dead process takes puts for a while; the
+  // loss is noticed by UCX's keepalive, never by a hang.
+  ASSERT_TRUE(pump({Me.get()}, [&] {
+    if (!Me->E.gone(*C))
+      Send();
+    return Me->E.gone(*C);
+  }, 20000));
+  // Sends after the loss fail at once.
+  Me->send(*C, "after", "x");
+  size_t Before = Me->Results.size();
+  ASSERT_TRUE(pump({Me.get()}, [&] { return Me->Results.size() > Before; }));
+  EXPECT_NE(Me->Results.back(), "");
+  EXPECT_FALSE(Me->T->trySendNow(*C, "after", "x"));
+}
 
 } // namespace

@@ -1,0 +1,182 @@
+//===- Mailbox.h - Reactive mailboxes: rings written by one-sided puts -*- C++ -*-===//
+//
+// Two-Chains' reactive mailboxes (§III-A), as UcxTransport uses them: the
+// receiver of a connection owns a ring of fixed-size slots in memory
+// registered with UCX and gives the sender its address and remote key; the
+// sender writes each small frame into the next slot with ucp_put_nbi (the
+// slot's content, a fence, then its signal word) and the receiver, polling
+// the signal word of the slot it expects next, hands the frame on as if it
+// had come as an active message. Credit goes back by put too: the receiver
+// writes how many slots it has released into a word of the sender's own
+// registered memory, a bank of slots at a time. docs/wire-format.md,
+// "Mailboxes", gives every byte.
+//
+// This file is the part without UCX: the slot and record layouts (decoded
+// from untrusted bytes: every size is checked, a defect is an error, never a
+// crash) and the sender's and receiver's bookkeeping, so ring wrap, bank
+// credit and slot reuse are unit-tested on plain memory.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_RUNTIME_TRANSPORT_MAILBOX_H
+#define TC_RUNTIME_TRANSPORT_MAILBOX_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tc {
+namespace mailbox {
+
+/// The version byte of offer and accept records.
+constexpr uint8_t RecordVersion = 1;
+
+/// Bytes of a slot in front of the frame: signal word, AM count, sizes.
+constexpr size_t SlotHeaderBytes = 16;
+/// Where the signal word is in a slot, and where the rest starts.
+constexpr size_t SignalOffset = 0, ContentOffset = 8;
+
+/// The shape of a ring: Slots slots of SlotBytes bytes, released to the
+/// sender BankSlots at a time. Slots and BankSlots are powers of two,
+/// BankSlots divides Slots, SlotBytes is a multiple of 64 (a cache line)
+/// from 64 to 65536.
+struct Geometry {
+  uint32_t SlotBytes = 256;
+  uint32_t Slots = 64;
+  uint32_t BankSlots = 16;
+
+  /// The ring's size in bytes.
+  size_t bytes() const { return size_t(SlotBytes) * Slots; }
+  /// The largest frame (header + body) a slot holds.
+  size_t maxFrame() const { return SlotBytes - SlotHeaderBytes; }
+  /// An error naming the first rule \p G breaks, or success.
+  llvm::Error check() const;
+};
+
+/// What a receiver offers (in its welcome): where the ring is and the
+/// packed remote key the sender unpacks to write into it.
+struct Offer {
+  Geometry Shape;
+  uint64_t RingAddress = 0;
+  std::string RemoteKey;
+};
+std::string encodeOffer(const Offer &O);
+llvm::Expected<Offer> decodeOffer(llvm::StringRef Bytes);
+
+/// What a sender answers when it will write into the ring: where its flags
+/// are (SenderFlags) and their packed remote key.
+struct Accept {
+  uint64_t FlagsAddress = 0;
+  std::string RemoteKey;
+};
+std::string encodeAccept(const Accept &A);
+llvm::Expected<Accept> decodeAccept(llvm::StringRef Bytes);
+
+/// The sender's flags, in memory it registered; only the receiver writes
+/// them (by put), only the sender reads them.
+struct SenderFlags {
+  /// Slots the receiver has released: messages up to this count may be
+  /// overwritten. A multiple of the bank size.
+  uint64_t Released;
+  /// Non-zero while the receiver sleeps (or is about to): a sender that
+  /// wrote a message then rings the doorbell (an active message) to wake
+  /// it.
+  uint64_t Asleep;
+};
+constexpr size_t ReleasedOffset = 0, AsleepOffset = 8;
+/// The flags' registered size: a cache line of their own.
+constexpr size_t FlagsBytes = 64;
+
+/// Writes a slot's content (everything after the signal word) into
+/// \p Out, which has room for Geometry::SlotBytes - ContentOffset bytes,
+/// and returns its size. \p AmBefore is how many frames the sender had
+/// handed to the active-message path of the connection before this one.
+/// The caller checked that the frame fits (Geometry::maxFrame()).
+size_t encodeSlotContent(char *Out, uint32_t AmBefore, llvm::StringRef Header,
+                         llvm::StringRef Body);
+
+/// The signal word of message number \p N (counted from 0): never 0, and
+/// different in every lap of the ring, so a slot left from an earlier lap
+/// never reads as the next message.
+inline uint64_t signalOf(uint64_t N) { return N + 1; }
+
+/// A frame read from a slot; the views point into the slot.
+struct SlotMessage {
+  uint32_t AmBefore = 0;
+  llvm::StringRef Header, Body;
+};
+
+/// Reads the content of a slot whose signal said it holds a message
+/// (\p Slot is the whole slot, signal word included). An error names the
+/// defect: the receiver drops that message and goes on.
+llvm::Expected<SlotMessage> readSlot(llvm::StringRef Slot);
+
+/// The sender's side of one ring: which slot is next, and whether credit
+/// allows writing it.
+class Writer {
+public:
+  explicit Writer(Geometry G) : G(G) {}
+  const Geometry &shape() const { return G; }
+  /// Messages written so far; the next one goes to slot next() % Slots.
+  uint64_t next() const { return Written; }
+  /// Whether a frame of \p Bytes (header + body) fits a slot.
+  bool fits(size_t Bytes) const { return Bytes <= G.maxFrame(); }
+  /// Whether the next message may be written, given the receiver's
+  /// Released count: its slot's previous occupant has been released.
+  bool hasCredit(uint64_t Released) const {
+    return Written < Released + G.Slots;
+  }
+  /// The byte offset of message \p N's slot in the ring.
+  uint64_t slotOffset(uint64_t N) const {
+    return (N & (G.Slots - 1)) * uint64_t(G.SlotBytes);
+  }
+  void wrote() { ++Written; }
+
+private:
+  Geometry G;
+  uint64_t Written = 0;
+};
+
+/// The receiver's side of one ring: which message is expected next, and
+/// when slots go back to the sender.
+class Reader {
+public:
+  explicit Reader(Geometry G) : G(G) {}
+  const Geometry &shape() const { return G; }
+  /// The number of the next message expected (its slot is
+  /// slotOffset(next())).
+  uint64_t next() const { return Consumed; }
+  uint64_t slotOffset(uint64_t N) const {
+    return (N & (G.Slots - 1)) * uint64_t(G.SlotBytes);
+  }
+  /// Whether \p Signal, read from the next slot, says its message is there.
+  bool isNext(uint64_t Signal) const { return Signal == signalOf(Consumed); }
+  /// The next message is taken (delivered or dropped): the one after it is
+  /// expected now. Its slot stays the receiver's until released.
+  void take() { ++Consumed; }
+  /// Call when no delivery is running (a delivered frame may point into
+  /// its slot until its handler returns). Returns the new Released count
+  /// to write to the sender when whole banks were freed since the last
+  /// release, else 0.
+  uint64_t release() {
+    uint64_t Whole = Consumed & ~uint64_t(G.BankSlots - 1);
+    if (Whole == Released)
+      return 0;
+    Released = Whole;
+    return Released;
+  }
+  uint64_t released() const { return Released; }
+
+private:
+  Geometry G;
+  uint64_t Consumed = 0;
+  uint64_t Released = 0;
+};
+
+} // namespace mailbox
+} // namespace tc
+
+#endif // TC_RUNTIME_TRANSPORT_MAILBOX_H

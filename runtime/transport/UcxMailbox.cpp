@@ -1,0 +1,154 @@
+//===- UcxMailbox.cpp - Mailbox rings over UCX memory and puts ------------===//
+
+#include "transport/UcxMailbox.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
+
+using namespace llvm;
+
+namespace tc {
+namespace ucx {
+
+static Error ucxError(const Twine &What, ucs_status_t S) {
+  return createStringError(What + ": " + ucs_status_string(S));
+}
+
+Expected<Region> Region::allocate(ucp_context_h Ctx, size_t Bytes) {
+  ucp_mem_map_params_t P{};
+  P.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                 UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  P.address = nullptr;
+  P.length = Bytes;
+  P.flags = UCP_MEM_MAP_ALLOCATE; // So shared-memory transports can map it.
+  Region R;
+  R.Ctx = Ctx;
+  if (ucs_status_t S = ucp_mem_map(Ctx, &P, &R.Mem); S != UCS_OK)
+    return ucxError(formatv("ucp_mem_map of {0} bytes", Bytes), S);
+  ucp_mem_attr_t A{};
+  A.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  if (ucs_status_t S = ucp_mem_query(R.Mem, &A); S != UCS_OK)
+    return ucxError("ucp_mem_query", S);
+  R.Base = static_cast<char *>(A.address);
+  std::memset(R.Base, 0, Bytes);
+  void *Packed;
+  size_t Len;
+  if (ucs_status_t S = ucp_rkey_pack(Ctx, R.Mem, &Packed, &Len); S != UCS_OK)
+    return ucxError("ucp_rkey_pack", S);
+  R.Key.assign(static_cast<const char *>(Packed), Len);
+  ucp_rkey_buffer_release(Packed);
+  return std::move(R);
+}
+
+Region &Region::operator=(Region &&O) {
+  if (this != &O) {
+    this->~Region();
+    Ctx = O.Ctx;
+    Mem = O.Mem;
+    Base = O.Base;
+    Key = std::move(O.Key);
+    O.Mem = nullptr;
+    O.Base = nullptr;
+  }
+  return *this;
+}
+
+Region::~Region() {
+  if (Mem)
+    ucp_mem_unmap(Ctx, Mem);
+  Mem = nullptr;
+}
+
+Expected<RemoteKey> RemoteKey::unpackMapped(ucp_ep_h Ep, StringRef Packed,
+                                            uint64_t Address) {
+  RemoteKey K;
+  if (ucs_status_t S = ucp_ep_rkey_unpack(Ep, Packed.data(), &K.Key);
+      S != UCS_OK)
+    return ucxError("ucp_ep_rkey_unpack", S);
+  void *Mapped;
+  if (ucs_status_t S = ucp_rkey_ptr(K.Key, Address, &Mapped); S != UCS_OK)
+    return ucxError("the peer's memory is not mapped here (ucp_rkey_ptr)", S);
+  return std::move(K);
+}
+
+RemoteKey &RemoteKey::operator=(RemoteKey &&O) {
+  if (this != &O) {
+    this->~RemoteKey();
+    Key = O.Key;
+    O.Key = nullptr;
+  }
+  return *this;
+}
+
+RemoteKey::~RemoteKey() {
+  if (Key)
+    ucp_rkey_destroy(Key);
+  Key = nullptr;
+}
+
+Error put(ucp_worker_h, ucp_ep_h Ep, const void *Bytes, size_t Size,
+          uint64_t Address, const RemoteKey &Key) {
+  // Immediate completion only: on a mapped lane a short put is a copy into
+  // the mapping, done when this returns. Anything else is refused, so no
+  // source buffer is ever left in UCX's hands.
+  ucp_request_param_t P;
+  P.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  ucs_status_ptr_t R = ucp_put_nbx(Ep, Bytes, Size, Address, Key.get(), &P);
+  if (LLVM_LIKELY(R == nullptr))
+    return Error::success();
+  if (UCS_PTR_IS_ERR(R))
+    return ucxError("ucp_put_nbx", UCS_PTR_STATUS(R));
+  // A request despite FORCE_IMM_CMPL (UCX's newer protocols may do this):
+  // it still reads from Bytes, which the callers keep in the ring objects.
+  ucp_request_free(R);
+  return createStringError("ucp_put_nbx did not complete at once");
+}
+
+Expected<std::unique_ptr<InRing>> InRing::create(ucp_context_h Ctx,
+                                                 mailbox::Geometry G) {
+  if (Error E = G.check())
+    return std::move(E);
+  auto R = std::make_unique<InRing>(G);
+  Expected<Region> Ring = Region::allocate(Ctx, G.bytes());
+  if (!Ring)
+    return Ring.takeError();
+  R->Ring = std::move(*Ring);
+  return std::move(R);
+}
+
+std::string InRing::offer() const {
+  mailbox::Offer O;
+  O.Shape = Read.shape();
+  O.RingAddress = Ring.address();
+  O.RemoteKey = Ring.packedKey();
+  return mailbox::encodeOffer(O);
+}
+
+Expected<std::unique_ptr<OutRing>> OutRing::accept(ucp_context_h Ctx,
+                                                   ucp_ep_h Ep,
+                                                   const mailbox::Offer &O) {
+  auto R = std::make_unique<OutRing>(O.Shape);
+  Expected<RemoteKey> Key = RemoteKey::unpackMapped(Ep, O.RemoteKey,
+                                                    O.RingAddress);
+  if (!Key)
+    return Key.takeError();
+  R->Ring = std::move(*Key);
+  R->RingAddress = O.RingAddress;
+  Expected<Region> Flags = Region::allocate(Ctx, mailbox::FlagsBytes);
+  if (!Flags)
+    return Flags.takeError();
+  R->Flags = std::move(*Flags);
+  R->Staging.resize(O.Shape.SlotBytes);
+  return std::move(R);
+}
+
+std::string OutRing::acceptRecord() const {
+  mailbox::Accept A;
+  A.FlagsAddress = Flags.address();
+  A.RemoteKey = Flags.packedKey();
+  return mailbox::encodeAccept(A);
+}
+
+} // namespace ucx
+} // namespace tc

@@ -1,0 +1,258 @@
+//===- MailboxTest.cpp - Mailbox rings on plain memory --------------------===//
+//
+// The mailbox logic of transport/Mailbox.h without UCX: a "put" here is a
+// memcpy into a ring in this process, in the order UcxTransport does it
+// (content, then signal), and credit goes back through a SenderFlags word.
+//
+//===----------------------------------------------------------------------===//
+
+#include "transport/Mailbox.h"
+
+#include "llvm/Support/Endian.h"
+
+#include "gtest/gtest.h"
+
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace tc;
+using namespace tc::mailbox;
+
+namespace {
+
+/// A sender and a receiver around one ring in this process.
+struct Loop {
+  Geometry G;
+  std::vector<char> Ring;
+  Writer W;
+  Reader R;
+  uint64_t Released = 0; ///< The sender's flags word.
+  std::vector<char> Staging;
+
+  explicit Loop(Geometry G)
+      : G(G), Ring(G.bytes(), 0), W(G), R(G), Staging(G.SlotBytes) {}
+
+  /// sendMailbox(): false when the frame does not fit or there is no
+  /// credit (UcxTransport then sends it as an active message).
+  bool send(const std::string &H, const std::string &B, uint32_t Am = 0) {
+    if (!W.fits(H.size() + B.size()) || !W.hasCredit(Released))
+      return false;
+    uint64_t N = W.next();
+    char *Slot = Ring.data() + W.slotOffset(N);
+    size_t Len = encodeSlotContent(Staging.data(), Am, H, B);
+    std::memcpy(Slot + ContentOffset, Staging.data(), Len);
+    uint64_t Signal = signalOf(N);
+    std::memcpy(Slot + SignalOffset, &Signal, 8);
+    W.wrote();
+    return true;
+  }
+  /// pollRings(): the next frame, if its slot is signalled.
+  bool take(std::string &H, std::string &B, uint32_t *Am = nullptr) {
+    char *Slot = Ring.data() + R.slotOffset(R.next());
+    uint64_t Signal;
+    std::memcpy(&Signal, Slot + SignalOffset, 8);
+    if (!R.isNext(Signal))
+      return false;
+    auto M = readSlot(llvm::StringRef(Slot, G.SlotBytes));
+    EXPECT_TRUE(!!M) << llvm::toString(M.takeError());
+    if (!M)
+      return false;
+    H = M->Header.str();
+    B = M->Body.str();
+    if (Am)
+      *Am = M->AmBefore;
+    R.take();
+    if (uint64_t New = R.release())
+      Released = New;
+    return true;
+  }
+};
+
+TEST(Mailbox, RingWrapsAndSlotsAreReusedInOrder) {
+  Geometry G;
+  G.SlotBytes = 64;
+  G.Slots = 8;
+  G.BankSlots = 2;
+  Loop L(G);
+  std::mt19937 Rng(3);
+  // Ten laps, the receiver taking a few at a time: every frame arrives, in
+  // order, and a slot left from the lap before never reads as new.
+  unsigned Sent = 0, Got = 0;
+  while (Got < 80) {
+    for (unsigned K = Rng() % 5; K && Sent < 80; --K) {
+      std::string Body(Rng() % 40, char('a' + Sent % 26));
+      if (!L.send("h" + std::to_string(Sent), Body))
+        break;
+      ++Sent;
+    }
+    std::string H, B;
+    for (unsigned K = Rng() % 5; K && L.take(H, B); --K) {
+      ASSERT_EQ(H, "h" + std::to_string(Got));
+      EXPECT_TRUE(B.empty() || B[0] == char('a' + Got % 26));
+      ++Got;
+    }
+  }
+  EXPECT_EQ(L.W.next(), 80u);
+  EXPECT_EQ(L.R.next(), 80u);
+  std::string H, B;
+  EXPECT_FALSE(L.take(H, B)) << "an old lap's slot read as new";
+}
+
+TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
+  Geometry G;
+  G.SlotBytes = 64;
+  G.Slots = 8;
+  G.BankSlots = 4;
+  Loop L(G);
+  for (int I = 0; I < 8; ++I)
+    ASSERT_TRUE(L.send("x", ""));
+  EXPECT_FALSE(L.send("x", "")) << "wrote over an unreleased slot";
+  std::string H, B;
+  // Three taken: no whole bank yet, no credit back.
+  for (int I = 0; I < 3; ++I)
+    ASSERT_TRUE(L.take(H, B));
+  EXPECT_EQ(L.Released, 0u);
+  EXPECT_FALSE(L.send("x", ""));
+  // The fourth frees the first bank: four slots of credit.
+  ASSERT_TRUE(L.take(H, B));
+  EXPECT_EQ(L.Released, 4u);
+  for (int I = 0; I < 4; ++I)
+    EXPECT_TRUE(L.send("y", "")) << I;
+  EXPECT_FALSE(L.send("y", ""));
+  // release() reports only new banks.
+  EXPECT_EQ(L.R.release(), 0u);
+}
+
+TEST(Mailbox, OversizeFramesDoNotFit) {
+  Geometry G; // 256-byte slots
+  Loop L(G);
+  EXPECT_EQ(G.maxFrame(), 240u);
+  EXPECT_TRUE(L.send(std::string(3, 'h'), std::string(237, 'b')));
+  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(238, 'b')));
+  std::string H, B;
+  ASSERT_TRUE(L.take(H, B));
+  EXPECT_EQ(B.size(), 237u);
+}
+
+TEST(Mailbox, TheAmCountTravelsWithTheFrame) {
+  Loop L{Geometry()};
+  ASSERT_TRUE(L.send("a", "1", 0));
+  ASSERT_TRUE(L.send("b", "2", 7));
+  ASSERT_TRUE(L.send("c", "3", 0xffffffffu));
+  std::string H, B;
+  uint32_t Am;
+  for (uint32_t Want : {0u, 7u, 0xffffffffu}) {
+    ASSERT_TRUE(L.take(H, B, &Am));
+    EXPECT_EQ(Am, Want);
+  }
+}
+
+TEST(Mailbox, GeometryRules) {
+  auto Msg = [](uint32_t SlotBytes, uint32_t Slots, uint32_t Bank) {
+    Geometry G{SlotBytes, Slots, Bank};
+    llvm::Error E = G.check();
+    return E ? llvm::toString(std::move(E)) : std::string("ok");
+  };
+  EXPECT_EQ(Msg(256, 64, 16), "ok");
+  EXPECT_EQ(Msg(64, 1, 1), "ok");
+  EXPECT_EQ(Msg(100, 64, 16),
+            "mailbox slots of 100 bytes (a multiple of 64 from 64 to 65536)");
+  EXPECT_EQ(Msg(0, 64, 16),
+            "mailbox slots of 0 bytes (a multiple of 64 from 64 to 65536)");
+  EXPECT_EQ(Msg(256, 48, 16),
+            "mailbox of 48 slots (a power of two up to 65536)");
+  EXPECT_EQ(Msg(256, 64, 128),
+            "mailbox banks of 128 slots (a power of two up to the 64 slots)");
+  EXPECT_EQ(Msg(256, 64, 0),
+            "mailbox banks of 0 slots (a power of two up to the 64 slots)");
+}
+
+TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
+  Offer O;
+  O.Shape = Geometry{128, 32, 8};
+  O.RingAddress = 0x7f00deadbeef;
+  O.RemoteKey = "packed-key-bytes";
+  std::string B = encodeOffer(O);
+  auto D = decodeOffer(B);
+  ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
+  EXPECT_EQ(D->Shape.SlotBytes, 128u);
+  EXPECT_EQ(D->Shape.Slots, 32u);
+  EXPECT_EQ(D->Shape.BankSlots, 8u);
+  EXPECT_EQ(D->RingAddress, O.RingAddress);
+  EXPECT_EQ(D->RemoteKey, O.RemoteKey);
+  EXPECT_EQ(encodeOffer(*D), B);
+  for (size_t Len = 0; Len < B.size(); ++Len) {
+    auto Cut = decodeOffer(llvm::StringRef(B).take_front(Len));
+    EXPECT_FALSE(!!Cut) << Len;
+    if (!Cut)
+      llvm::consumeError(Cut.takeError());
+  }
+  auto Long = decodeOffer(B + "!");
+  ASSERT_FALSE(!!Long);
+  EXPECT_EQ(llvm::toString(Long.takeError()),
+            "malformed mailbox offer: 40 bytes, the remote key needs 39");
+  std::string Bad = B;
+  Bad[0] = 2;
+  auto V = decodeOffer(Bad);
+  ASSERT_FALSE(!!V);
+  EXPECT_EQ(llvm::toString(V.takeError()),
+            "malformed mailbox offer: version 2 (this runtime reads 1)");
+  Bad = B;
+  llvm::support::endian::write32le(&Bad[5], 33); // Not a power of two.
+  auto S = decodeOffer(Bad);
+  ASSERT_FALSE(!!S);
+  EXPECT_EQ(llvm::toString(S.takeError()),
+            "malformed mailbox offer: mailbox of 33 slots (a power of two up "
+            "to 65536)");
+
+  Accept A;
+  A.FlagsAddress = 42;
+  A.RemoteKey = "k";
+  std::string AB = encodeAccept(A);
+  auto AD = decodeAccept(AB);
+  ASSERT_TRUE(!!AD) << llvm::toString(AD.takeError());
+  EXPECT_EQ(AD->FlagsAddress, 42u);
+  EXPECT_EQ(AD->RemoteKey, "k");
+  for (size_t Len = 0; Len < AB.size(); ++Len) {
+    auto Cut = decodeAccept(llvm::StringRef(AB).take_front(Len));
+    EXPECT_FALSE(!!Cut) << Len;
+    if (!Cut)
+      llvm::consumeError(Cut.takeError());
+  }
+  A.RemoteKey.clear();
+  auto Empty = decodeAccept(encodeAccept(A));
+  ASSERT_FALSE(!!Empty);
+  EXPECT_EQ(llvm::toString(Empty.takeError()),
+            "malformed mailbox accept: remote key of 0 bytes");
+}
+
+TEST(Mailbox, MalformedSlotsAreRefused) {
+  std::vector<char> Slot(64, 0);
+  char *C = Slot.data() + ContentOffset;
+  auto Read = [&] {
+    auto M = readSlot(llvm::StringRef(Slot.data(), Slot.size()));
+    return M ? std::string("ok") : llvm::toString(M.takeError());
+  };
+  encodeSlotContent(C, 0, "hdr", "body");
+  EXPECT_EQ(Read(), "ok");
+  C[7] = 1;
+  EXPECT_EQ(Read(), "malformed mailbox slot: reserved byte is not 0");
+  C[7] = 0;
+  llvm::support::endian::write16le(C + 4, 49); // 16 + 49 > 64
+  EXPECT_EQ(Read(),
+            "malformed mailbox slot: a frame of 49 bytes in a slot of 64");
+  llvm::support::endian::write16le(C + 4, 7);
+  C[6] = 0;
+  EXPECT_EQ(Read(),
+            "malformed mailbox slot: a header of 0 bytes in a frame of 7");
+  C[6] = 8;
+  EXPECT_EQ(Read(),
+            "malformed mailbox slot: a header of 8 bytes in a frame of 7");
+  EXPECT_EQ(llvm::toString(readSlot("short").takeError()),
+            "malformed mailbox slot: 5 bytes");
+}
+
+} // namespace
