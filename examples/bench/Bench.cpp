@@ -378,7 +378,7 @@ ClientWorker::~ClientWorker() {
 }
 
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
-                bool ShipAlways, bool Coalesce, bool Pmix) {
+                bool ShipAlways, bool Coalesce, bool Pmix, bool Mailbox) {
   tc_context_params_t CP{};
   CP.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH |
                   TC_CONTEXT_PARAM_FIELD_SHIP_CODE;
@@ -388,9 +388,11 @@ void makeClient(ClientWorker &C, const std::string &IfuncPath,
     die("cannot create a tc context");
   tc_worker_params_t WP{};
   WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
-                  TC_WORKER_PARAM_FIELD_COALESCE;
+                  TC_WORKER_PARAM_FIELD_COALESCE |
+                  TC_WORKER_PARAM_FIELD_MAILBOX;
   WP.target_args = &C.Counter;
   WP.coalesce = Coalesce;
+  WP.mailbox = Mailbox;
   if (Pmix) { // Wire up through mpirun / srun (tc-bench dapc --pmix).
     WP.field_mask |= TC_WORKER_PARAM_FIELD_BOOTSTRAP;
     WP.bootstrap = TC_BOOTSTRAP_PMIX;

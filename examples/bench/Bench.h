@@ -188,9 +188,12 @@ struct ClientWorker {
 
 /// Creates a client worker; \p ShipAlways attaches the archive to every
 /// message (the "uncached" mode); \p Coalesce false sends every message as
-/// its own UCX active message (tc_worker_params_t::coalesce).
+/// its own UCX active message (tc_worker_params_t::coalesce); \p Mailbox
+/// false keeps the client's messages and the answers to them on active
+/// messages (tc_worker_params_t::mailbox).
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
-                bool ShipAlways, bool Coalesce = true, bool Pmix = false);
+                bool ShipAlways, bool Coalesce = true, bool Pmix = false,
+                bool Mailbox = true);
 tc_ep_h connectTo(ClientWorker &C, const Child &S);
 tc_ifunc_h registerIfunc(ClientWorker &C, const char *Name);
 /// Sends a control message and waits until the server processed it.
@@ -236,6 +239,9 @@ struct UcxAmFigures {
   double LatencyUs = 0, Rate = 0;
 };
 UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs);
+/// A one-sided put ping-pong on raw UCX (UcxPut.cpp): the one-way latency
+/// of a put of \p Size bytes, as ucx_perftest's put latency test measures.
+double ucxPutLatency(uint64_t Warmup, uint64_t Iters, size_t Size);
 
 /// Parses a non-negative integer, or dies naming \p Flag.
 uint64_t parseCount(const std::string &Flag, const std::string &V);

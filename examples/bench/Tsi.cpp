@@ -64,10 +64,11 @@ void sendOrDie(tc_status_t S) {
 /// One steady-state mode: latency, rate, frame bytes; checks the target ran
 /// exactly what was sent.
 void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
-                bool ShipAlways, const char *Ifunc, bool Coalesce = true) {
+                bool ShipAlways, const char *Ifunc, bool Coalesce = true,
+                bool Mailbox = false) {
   note("tsi " + Mode + ": latency and rate");
   ClientWorker C;
-  makeClient(C, R.O.IfuncPath, ShipAlways, Coalesce);
+  makeClient(C, R.O.IfuncPath, ShipAlways, Coalesce, /*Pmix=*/false, Mailbox);
   tc_ep_h Ep = connectTo(C, Server);
   static const unsigned char One = 1;
   SendFn Send;
@@ -112,9 +113,22 @@ void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
   // How many messages each UCX active message carried in the rate run (the
   // batches coalescing made; 1 without).
   uint64_t Batched = W1.batched_frames - W0.batched_frames;
-  uint64_t Ams = Frames + 1 - Batched + (W1.batches_sent - W0.batches_sent);
-  R.add(Mode, "msgs_per_am",
-        static_cast<double>(Frames + 1) / static_cast<double>(Ams), "msgs");
+  uint64_t ByMailbox = W1.mailbox_sent - W0.mailbox_sent;
+  uint64_t Ams =
+      Frames + 1 - Batched + (W1.batches_sent - W0.batches_sent) - ByMailbox;
+  if (Mailbox) {
+    // How many of the rate run's messages went by mailbox (the others as
+    // AMs, when the ring had no credit).
+    R.add(Mode, "mailbox_share",
+          static_cast<double>(ByMailbox) / static_cast<double>(Frames),
+          "ratio");
+    if (!ByMailbox)
+      die("tsi " + Mode + ": no message went by mailbox (shared memory "
+          "needed: --transport shm)");
+  } else {
+    R.add(Mode, "msgs_per_am",
+          static_cast<double>(Frames + 1) / static_cast<double>(Ams), "msgs");
+  }
   if (M)
     tc_msg_free(M);
   if (F)
@@ -128,7 +142,8 @@ void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
 void firstContact(TsiRun &R, const std::string &Mode, const Child &Server) {
   note("tsi first contact: " + Mode);
   ClientWorker C;
-  makeClient(C, R.O.IfuncPath, /*ShipAlways=*/true);
+  makeClient(C, R.O.IfuncPath, /*ShipAlways=*/true, /*Coalesce=*/true,
+             /*Pmix=*/false, /*Mailbox=*/false);
   tc_ep_h Ep = connectTo(C, Server);
   static const unsigned char One = 1;
   tc_ifunc_h F[2] = {registerIfunc(C, "fca"), registerIfunc(C, "fcb")};
@@ -354,16 +369,19 @@ OPTIONS:
   --rounds N      Steady-state rounds; each figure is the median over them
                   (default 5; --quick 3)
   --modes LIST    Comma-separated subset of am, cached, cached-unbatched,
-                  uncached, object, sandbox (cached on a --exec sandbox
-                  server), ucx_am, ucx_perftest, first-contact
-                  (default: all)
+                  mailbox (cached over reactive mailboxes), uncached, object,
+                  sandbox (cached on a --exec sandbox server), ucx_am,
+                  ucx_put (a raw UCX put ping-pong), ucx_perftest,
+                  first-contact (default: all; mailbox and ucx_put need
+                  shared memory)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
                   ucx_perftest out of --modes)
 )";
 
 const char *const AllModes[] = {
-    "am",     "cached", "cached-unbatched", "uncached",
-    "object", "sandbox", "ucx_am", "ucx_perftest", "first-contact"};
+    "am",      "cached", "cached-unbatched", "mailbox",      "uncached",
+    "object",  "sandbox", "ucx_am",          "ucx_put",      "ucx_perftest",
+    "first-contact"};
 
 std::vector<std::string> parseModes(const std::string &List) {
   std::vector<std::string> Out;
@@ -443,6 +461,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   };
   bool Perftest = Want("ucx_perftest") && !NoPerftest;
   selectTransport(O.Transport, /*Loopback=*/true);
+  if ((Want("mailbox") || Want("ucx_put")) && !ConnectByAddress)
+    note("tsi: mailbox and ucx_put need shared memory (--transport shm); "
+         "not run");
   if (pinClientAndServer(O.Pin))
     note("tsi: server on CPU " + std::to_string(ServerCpu) + ", client on CPU " +
          std::to_string(ClientCpu));
@@ -464,7 +485,8 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     if (R.N.Rounds > 1)
       note("tsi: round " + std::to_string(Round + 1) + " of " +
            std::to_string(R.N.Rounds));
-    if (Want("am") || Want("cached") || Want("cached-unbatched")) {
+    if (Want("am") || Want("cached") || Want("cached-unbatched") ||
+        Want("mailbox")) {
       Child S = Serve({}, "tsi server");
       if (Want("am"))
         steadyMode(R, "am", S, false, nullptr);
@@ -473,6 +495,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       if (Want("cached-unbatched"))
         steadyMode(R, "cached-unbatched", S, false, "tsi",
                    /*Coalesce=*/false);
+      if (Want("mailbox") && ConnectByAddress)
+        steadyMode(R, "mailbox", S, false, "tsi", /*Coalesce=*/true,
+                   /*Mailbox=*/true);
       stopServer(S);
     }
     if (Want("uncached")) {
@@ -498,6 +523,19 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       R.add("ucx_am", "rate_msgs", F.Rate, "msgs/s");
       R.add("ucx_am", "frame_bytes", 5, "bytes"); // Function id + payload.
     }
+    if (Want("ucx_put") && ConnectByAddress) {
+      // The bytes a mailbox message puts: the slot header and the frame
+      // (the cached frame, when the mailbox mode did not run).
+      double Frame = 4;
+      for (size_t I = First; I < R.Out.size(); ++I)
+        if (R.Out[I].Mode == "mailbox" && R.Out[I].Metric == "frame_bytes")
+          Frame = R.Out[I].Value;
+      size_t Size = 16 + static_cast<size_t>(Frame + 0.5);
+      note("tsi ucx_put: latency of " + std::to_string(Size) + "-byte puts");
+      R.add("ucx_put", "latency_us",
+            ucxPutLatency(R.N.Warmup, R.N.LatencyIters, Size), "us");
+      R.add("ucx_put", "frame_bytes", double(Size), "bytes");
+    }
     // UCX's messages are the size of a cached frame (which is the same for
     // every steady mode but uncached; see docs/wire-format.md).
     double CachedBytes = 4;
@@ -518,6 +556,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   for (size_t I = 0; I < NumReferences; ++I)
     Paired[I] =
         pairedRatio(R.Out, First, "cached", References[I], "latency_us");
+  double MailboxPut =
+      pairedRatio(R.Out, First, "mailbox", "ucx_put", "latency_us");
+  double MailboxAm =
+      pairedRatio(R.Out, First, "mailbox", "ucx_am", "latency_us");
   double SandboxLat =
       pairedRatio(R.Out, First, "sandbox", "cached", "latency_us");
   double SandboxRate =
@@ -556,10 +598,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     return 0.0;
   };
   printRecords(R.Out, O.Fmt);
-  if (O.Fmt == Format::Table && Want("cached")) {
+  if (O.Fmt == Format::Table) {
     // "paired": the median over rounds of each round's own ratio.
     double Ca = Find("cached", "latency_us");
-    for (size_t I = 0; I < NumReferences; ++I) {
+    for (size_t I = 0; I < NumReferences && Ca; ++I) {
       double Lat = Find(References[I], "latency_us");
       double Rate = Find(References[I], "rate_msgs");
       if (!Lat)
@@ -568,11 +610,21 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
                   References[I], Ca / Lat, Paired[I],
                   Find("cached", "rate_msgs") / Rate);
       double Unbatched = Find("cached-unbatched", "rate_msgs");
-      if (std::string(References[I]) == "ucx_perftest" && Unbatched)
+      if (Rate && Unbatched)
         std::printf(" (unbatched %.3f)", Unbatched / Rate);
     }
-    if (double U = Find("uncached", "latency_us"))
+    if (double U = Find("uncached", "latency_us"); U && Ca)
       std::printf("\nuncached/cached latency %.3f", U / Ca);
+    if (double Mb = Find("mailbox", "latency_us")) {
+      if (double Put = Find("ucx_put", "latency_us"))
+        std::printf("\nmailbox/ucx_put latency %.3f (paired %.3f)",
+                    Mb / Put, MailboxPut);
+      if (double Am = Find("ucx_am", "latency_us"))
+        std::printf("\nmailbox/ucx_am latency %.3f (paired %.3f), rate "
+                    "%.3f",
+                    Mb / Am, MailboxAm,
+                    Find("mailbox", "rate_msgs") / Find("ucx_am", "rate_msgs"));
+    }
     if (Find("sandbox", "latency_us"))
       std::printf("\nsandbox/cached latency %.3f (paired), cached/sandbox "
                   "rate %.3f (paired)",

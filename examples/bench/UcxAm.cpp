@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
+#include "RawUcx.h"
 
 #include <ucp/api/ucp.h>
 
@@ -43,10 +44,7 @@ using LocalFn = void (*)(void *, size_t, void *);
 LocalFn Functions[] = {tsi_main};
 
 /// One side's state; the handler's argument.
-struct Side {
-  ucp_context_h Ctx = nullptr;
-  ucp_worker_h W = nullptr;
-  ucp_ep_h Ep = nullptr;
+struct Side : RawSide {
   uint64_t Counter = 0; ///< TSI's target: incremented by every message.
   uint64_t Bad = 0;     ///< Messages that were not an id + payload.
 };
@@ -71,40 +69,11 @@ ucs_status_t onTsi(void *Arg, const void *, size_t, void *Data, size_t Length,
   return UCS_OK;
 }
 
-bool mayUseSharedMemory() {
-  const char *Tls = std::getenv("UCX_TLS");
-  if (!Tls || !*Tls || Tls[0] == '^')
-    return true;
-  std::string L = std::string(",") + Tls + ",";
-  for (const char *N : {"all", "sm", "shm", "mm", "posix", "sysv"})
-    if (L.find(std::string(",") + N + ",") != std::string::npos)
-      return true;
-  return false;
-}
-
-/// Sets up \p S; an error message, or empty.
-std::string init(Side &S) {
-  ucp_config_t *Cfg;
-  ucs_status_t St = ucp_config_read(nullptr, nullptr, &Cfg);
-  if (St != UCS_OK)
-    return std::string("ucp_config_read: ") + ucs_status_string(St);
-  if (mayUseSharedMemory() && !std::getenv("UCX_MM_ERROR_HANDLING") &&
-      (St = ucp_config_modify(Cfg, "MM_ERROR_HANDLING", "y")) != UCS_OK) {
-    ucp_config_release(Cfg);
-    return std::string("UCX MM_ERROR_HANDLING: ") + ucs_status_string(St);
-  }
-  ucp_params_t P{};
-  P.field_mask = UCP_PARAM_FIELD_FEATURES;
-  P.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  St = ucp_init(&P, Cfg, &S.Ctx);
-  ucp_config_release(Cfg);
-  if (St != UCS_OK)
-    return std::string("ucp_init: ") + ucs_status_string(St);
-  ucp_worker_params_t WP{};
-  WP.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  WP.thread_mode = UCS_THREAD_MODE_SINGLE;
-  if ((St = ucp_worker_create(S.Ctx, &WP, &S.W)) != UCS_OK)
-    return std::string("ucp_worker_create: ") + ucs_status_string(St);
+/// Sets up \p S with the TSI handler and connects it to the peer on \p Fd.
+std::string init(Side &S, int Fd) {
+  std::string Err = rawInit(S, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP);
+  if (!Err.empty())
+    return Err;
   ucp_am_handler_param_t H{};
   H.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                  UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
@@ -113,55 +82,10 @@ std::string init(Side &S) {
   H.flags = UCP_AM_FLAG_WHOLE_MSG;
   H.cb = onTsi;
   H.arg = &S;
-  if ((St = ucp_worker_set_am_recv_handler(S.W, &H)) != UCS_OK)
+  if (ucs_status_t St = ucp_worker_set_am_recv_handler(S.W, &H); St != UCS_OK)
     return std::string("ucp_worker_set_am_recv_handler: ") +
            ucs_status_string(St);
-  return "";
-}
-
-bool writeAll(int Fd, const void *P, size_t N) {
-  for (size_t Done = 0; Done < N;) {
-    ssize_t R = write(Fd, static_cast<const char *>(P) + Done, N - Done);
-    if (R <= 0)
-      return false;
-    Done += size_t(R);
-  }
-  return true;
-}
-
-bool readAll(int Fd, void *P, size_t N) {
-  for (size_t Done = 0; Done < N;) {
-    ssize_t R = read(Fd, static_cast<char *>(P) + Done, N - Done);
-    if (R <= 0)
-      return false;
-    Done += size_t(R);
-  }
-  return true;
-}
-
-/// Swaps worker addresses over \p Fd and connects to the peer's.
-std::string connectPeer(Side &S, int Fd) {
-  ucp_address_t *Addr;
-  size_t Len;
-  ucs_status_t St = ucp_worker_get_address(S.W, &Addr, &Len);
-  if (St != UCS_OK)
-    return std::string("ucp_worker_get_address: ") + ucs_status_string(St);
-  bool Sent = writeAll(Fd, &Len, sizeof Len) && writeAll(Fd, Addr, Len);
-  ucp_worker_release_address(S.W, Addr);
-  size_t PeerLen = 0;
-  if (!Sent || !readAll(Fd, &PeerLen, sizeof PeerLen) || PeerLen > (1 << 20))
-    return "the peer process did not send its address";
-  std::string Peer(PeerLen, '\0');
-  if (!readAll(Fd, &Peer[0], PeerLen))
-    return "the peer process did not send its address";
-  ucp_ep_params_t EP{};
-  EP.field_mask =
-      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  EP.address = reinterpret_cast<const ucp_address_t *>(Peer.data());
-  EP.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  if ((St = ucp_ep_create(S.W, &EP, &S.Ep)) != UCS_OK)
-    return std::string("ucp_ep_create: ") + ucs_status_string(St);
-  return "";
+  return rawConnect(S, Fd);
 }
 
 /// The message: function id 0 (TSI), then the one-byte payload.
@@ -199,39 +123,18 @@ std::string await(Side &S, uint64_t Want) {
   return "";
 }
 
-void closeSide(Side &S) {
-  if (S.Ep) {
-    ucp_request_param_t P{};
-    P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    P.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t R = ucp_ep_close_nbx(S.Ep, &P);
-    auto T0 = Clock::now();
-    while (R && !UCS_PTR_IS_ERR(R) &&
-           ucp_request_check_status(R) == UCS_INPROGRESS &&
-           secondsSince(T0) < 2)
-      ucp_worker_progress(S.W);
-    if (R && !UCS_PTR_IS_ERR(R))
-      ucp_request_free(R);
-  }
-  if (S.W)
-    ucp_worker_destroy(S.W);
-  if (S.Ctx)
-    ucp_cleanup(S.Ctx);
-}
+struct Sizes {
+  uint64_t Warmup, Iters, Msgs;
+  UcxAmFigures Out;
+};
 
-/// The server: answers each of the first \p Pings messages, then counts
-/// \p Msgs more and answers once. Returns the process exit code.
-int serve(int Fd, uint64_t Pings, uint64_t Msgs) {
-  if (ServerCpu >= 0) {
-    cpu_set_t Set;
-    CPU_ZERO(&Set);
-    CPU_SET(ServerCpu, &Set);
-    sched_setaffinity(0, sizeof Set, &Set);
-  }
+/// The server: answers each of the first Warmup + Iters messages, then
+/// counts Msgs more and answers once. Returns the process exit code.
+int serve(int Fd, void *Arg) {
+  const Sizes &N = *static_cast<Sizes *>(Arg);
+  uint64_t Pings = N.Warmup + N.Iters, Msgs = N.Msgs;
   Side S;
-  std::string Err = init(S);
-  if (Err.empty())
-    Err = connectPeer(S, Fd);
+  std::string Err = init(S, Fd);
   for (uint64_t I = 1; Err.empty() && I <= Pings; ++I)
     if ((Err = await(S, I)).empty())
       Err = send(S);
@@ -246,68 +149,53 @@ int serve(int Fd, uint64_t Pings, uint64_t Msgs) {
   if (Err.empty() && S.Counter != Pings + Msgs)
     Err = "ran " + std::to_string(S.Counter) + " increments, expected " +
           std::to_string(Pings + Msgs);
-  closeSide(S);
+  rawClose(S);
   if (!Err.empty())
     std::fprintf(stderr, "tc-bench: error: ucx_am server: %s\n", Err.c_str());
   return Err.empty() ? 0 : 1;
 }
 
-} // namespace
-
-UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs) {
-  int Fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, Fds) != 0)
-    die("ucx_am: socketpair failed");
-  std::fflush(nullptr);
-  pid_t Pid = fork();
-  if (Pid < 0)
-    die("ucx_am: fork failed");
-  if (Pid == 0) {
-    close(Fds[0]);
-    _exit(serve(Fds[1], Warmup + Iters, Msgs));
-  }
-  close(Fds[1]);
+std::string drive(int Fd, void *Arg) {
+  Sizes &N = *static_cast<Sizes *>(Arg);
   Side S;
-  std::string Err = init(S);
-  if (Err.empty())
-    Err = connectPeer(S, Fds[0]);
-  UcxAmFigures F{};
+  std::string Err = init(S, Fd);
   // Ping-pong: each side's handler runs TSI; the client's counter counts
   // the pongs.
   auto T0 = Clock::now();
-  for (uint64_t I = 1; Err.empty() && I <= Warmup + Iters; ++I) {
-    if (I == Warmup + 1)
+  for (uint64_t I = 1; Err.empty() && I <= N.Warmup + N.Iters; ++I) {
+    if (I == N.Warmup + 1)
       T0 = Clock::now();
     if ((Err = send(S)).empty())
       Err = await(S, I);
   }
   if (Err.empty())
-    F.LatencyUs = secondsSince(T0) / double(Iters) / 2 * 1e6;
+    N.Out.LatencyUs = secondsSince(T0) / double(N.Iters) / 2 * 1e6;
   // Rate: back to back, progressing every 16 sends; the server answers once
   // it has run them all.
   T0 = Clock::now();
-  for (uint64_t I = 0; Err.empty() && I < Msgs; ++I) {
+  for (uint64_t I = 0; Err.empty() && I < N.Msgs; ++I) {
     Err = send(S);
     if ((I & 15) == 15)
       ucp_worker_progress(S.W);
   }
-  if (Err.empty() && (Err = await(S, Warmup + Iters + 1)).empty())
-    F.Rate = double(Msgs) / secondsSince(T0);
+  if (Err.empty() && (Err = await(S, N.Warmup + N.Iters + 1)).empty())
+    N.Out.Rate = double(N.Msgs) / secondsSince(T0);
   char Bye = 0;
-  writeAll(Fds[0], &Bye, 1);
+  writeAll(Fd, &Bye, 1);
   if (Err.empty() && S.Bad)
     Err = std::to_string(S.Bad) + " malformed messages";
-  closeSide(S);
-  close(Fds[0]);
-  if (!Err.empty())
-    kill(Pid, SIGTERM); // Ours, by PID: it may be waiting for messages.
-  int Status = 0;
-  if (waitpid(Pid, &Status, 0) != Pid || !WIFEXITED(Status) ||
-      WEXITSTATUS(Status) != 0)
-    Err += Err.empty() ? "the server process failed" : "";
+  rawClose(S);
+  return Err;
+}
+
+} // namespace
+
+UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs) {
+  Sizes N{Warmup, Iters, Msgs, {}};
+  std::string Err = runPair(serve, &N, drive, &N);
   if (!Err.empty())
     die("ucx_am: " + Err);
-  return F;
+  return N.Out;
 }
 
 } // namespace bench

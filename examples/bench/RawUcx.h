@@ -1,0 +1,53 @@
+//===- RawUcx.h - UCX without libtc, for tc-bench's references --*- C++ -*-===//
+//
+// The references tc-bench measures beside libtc (ucx_am: TSI on UCX active
+// messages; ucx_put: a one-sided put ping-pong) are two processes of this
+// machine, this one and a forked child on the server CPU, that set UCX up
+// as libtc does (AM and WAKEUP features, RMA for puts, peer error handling,
+// shared-memory error handling when UCX_TLS allows shared memory) and
+// exchange what they need over a socket pair. These are the pieces both
+// share; every function returns an error message, empty on success.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TC_EXAMPLES_BENCH_RAWUCX_H
+#define TC_EXAMPLES_BENCH_RAWUCX_H
+
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace bench {
+
+/// One process's UCX objects.
+struct RawSide {
+  ucp_context_h Ctx = nullptr;
+  ucp_worker_h W = nullptr;
+  ucp_ep_h Ep = nullptr;
+};
+
+/// Context and worker with \p Features (UCP_FEATURE_*).
+std::string rawInit(RawSide &S, uint64_t Features);
+/// Swaps worker addresses over \p Fd and connects to the peer's.
+std::string rawConnect(RawSide &S, int Fd);
+/// Closes the endpoint (bounded), the worker and the context.
+void rawClose(RawSide &S);
+/// Sends \p N bytes / a length-prefixed string over \p Fd, and back.
+bool writeAll(int Fd, const void *P, size_t N);
+bool readAll(int Fd, void *P, size_t N);
+bool writeBlob(int Fd, const std::string &B);
+bool readBlob(int Fd, std::string &B);
+/// Pins this process to \p Cpu (ignored when negative).
+void pinTo(int Cpu);
+
+/// Runs \p Serve(Fd) in a forked child and \p Drive(Fd) here, each with
+/// its end of a socket pair; returns Drive's error, or the child's
+/// failure. The child is ended by PID if the driver fails.
+std::string runPair(int (*Serve)(int Fd, void *Arg), void *ServeArg,
+                    std::string (*Drive)(int Fd, void *Arg), void *DriveArg);
+
+} // namespace bench
+
+#endif // TC_EXAMPLES_BENCH_RAWUCX_H
