@@ -55,6 +55,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
     llvm::consumeError(N.takeError());
   // A mailbox slot: the frame it names lies within it.
   llvm::Expected<tc::mailbox::SlotMessage> Slot = tc::mailbox::readSlot(Bytes);
+  tc::mailbox::SlotMessage Fast;
+  if (tc::mailbox::parseSlot(Bytes, Fast) != bool(Slot) ||
+      (Slot && (Fast.Header != Slot->Header || Fast.Body != Slot->Body ||
+                Fast.AmBefore != Slot->AmBefore)))
+    __builtin_trap();
   if (Slot) {
     const char *End = Bytes.data() + Bytes.size();
     if (Slot->Header.empty() || Slot->Header.data() + Slot->Header.size() !=

@@ -111,18 +111,6 @@ Expected<Accept> decodeAccept(StringRef B) {
   return A;
 }
 
-size_t encodeSlotContent(char *Out, uint32_t AmBefore, StringRef Header,
-                         StringRef Body) {
-  // Offsets here are the slot's minus ContentOffset.
-  endian::write32le(Out, AmBefore);
-  endian::write16le(Out + 4, uint16_t(Header.size() + Body.size()));
-  Out[6] = char(Header.size());
-  Out[7] = 0;
-  copyBytes(Out + 8, Header.data(), Header.size());
-  copyBytes(Out + 8 + Header.size(), Body.data(), Body.size());
-  return 8 + Header.size() + Body.size();
-}
-
 Expected<SlotMessage> readSlot(StringRef Slot) {
   if (Slot.size() < SlotHeaderBytes)
     return createStringError(

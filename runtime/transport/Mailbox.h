@@ -21,7 +21,10 @@
 #ifndef TC_RUNTIME_TRANSPORT_MAILBOX_H
 #define TC_RUNTIME_TRANSPORT_MAILBOX_H
 
+#include "transport/Bytes.h"
+
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/Error.h"
 
 #include <cstddef>
@@ -95,8 +98,18 @@ constexpr size_t FlagsBytes = 64;
 /// and returns its size. \p AmBefore is how many frames the sender had
 /// handed to the active-message path of the connection before this one.
 /// The caller checked that the frame fits (Geometry::maxFrame()).
-size_t encodeSlotContent(char *Out, uint32_t AmBefore, llvm::StringRef Header,
-                         llvm::StringRef Body);
+inline size_t encodeSlotContent(char *Out, uint32_t AmBefore,
+                                llvm::StringRef Header, llvm::StringRef Body) {
+  // Offsets here are the slot's minus ContentOffset.
+  llvm::support::endian::write32le(Out, AmBefore);
+  llvm::support::endian::write16le(Out + 4,
+                                   uint16_t(Header.size() + Body.size()));
+  Out[6] = char(Header.size());
+  Out[7] = 0;
+  copyBytes(Out + 8, Header.data(), Header.size());
+  copyBytes(Out + 8 + Header.size(), Body.data(), Body.size());
+  return 8 + Header.size() + Body.size();
+}
 
 /// The signal word of message number \p N (counted from 0): never 0, and
 /// different in every lap of the ring, so a slot left from an earlier lap
@@ -113,6 +126,26 @@ struct SlotMessage {
 /// (\p Slot is the whole slot, signal word included). An error names the
 /// defect: the receiver drops that message and goes on.
 llvm::Expected<SlotMessage> readSlot(llvm::StringRef Slot);
+
+/// readSlot() without the words, for the receive path: false on a defect.
+/// Accepts exactly what readSlot() accepts, with the same fields.
+inline bool parseSlot(llvm::StringRef Slot, SlotMessage &M) {
+  if (Slot.size() < SlotHeaderBytes)
+    return false;
+  const unsigned char *P =
+      reinterpret_cast<const unsigned char *>(Slot.data()) + ContentOffset;
+  size_t Frame = size_t(P[4]) | size_t(P[5]) << 8;
+  size_t Header = P[6];
+  if (P[7] != 0 || Frame > Slot.size() - SlotHeaderBytes || Header == 0 ||
+      Header > Frame)
+    return false;
+  M.AmBefore = uint32_t(P[0]) | uint32_t(P[1]) << 8 | uint32_t(P[2]) << 16 |
+               uint32_t(P[3]) << 24;
+  M.Header = llvm::StringRef(Slot.data() + SlotHeaderBytes, Header);
+  M.Body = llvm::StringRef(Slot.data() + SlotHeaderBytes + Header,
+                           Frame - Header);
+  return true;
+}
 
 /// The sender's side of one ring: which slot is next, and whether credit
 /// allows writing it.

@@ -87,24 +87,6 @@ RemoteKey::~RemoteKey() {
   Key = nullptr;
 }
 
-Error put(ucp_worker_h, ucp_ep_h Ep, const void *Bytes, size_t Size,
-          uint64_t Address, const RemoteKey &Key) {
-  // Immediate completion only: on a mapped lane a short put is a copy into
-  // the mapping, done when this returns. Anything else is refused, so no
-  // source buffer is ever left in UCX's hands.
-  ucp_request_param_t P;
-  P.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  ucs_status_ptr_t R = ucp_put_nbx(Ep, Bytes, Size, Address, Key.get(), &P);
-  if (LLVM_LIKELY(R == nullptr))
-    return Error::success();
-  if (UCS_PTR_IS_ERR(R))
-    return ucxError("ucp_put_nbx", UCS_PTR_STATUS(R));
-  // A request despite FORCE_IMM_CMPL (UCX's newer protocols may do this):
-  // it still reads from Bytes, which the callers keep in the ring objects.
-  ucp_request_free(R);
-  return createStringError("ucp_put_nbx did not complete at once");
-}
-
 Expected<std::unique_ptr<InRing>> InRing::create(ucp_context_h Ctx,
                                                  mailbox::Geometry G) {
   if (Error E = G.check())

@@ -23,6 +23,7 @@
 #include "transport/Mailbox.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Compiler.h"
 #include "llvm/Support/Error.h"
 
 #include <ucp/api/ucp.h>
@@ -73,11 +74,21 @@ private:
   ucp_rkey_h Key = nullptr;
 };
 
-/// Puts \p Bytes at \p Address of \p Key's memory through \p Ep. The
-/// source may be reused on return: on the lanes mailboxes use the put is
-/// done then; should UCX still hold it, this flushes the endpoint first.
-llvm::Error put(ucp_worker_h W, ucp_ep_h Ep, const void *Bytes, size_t Size,
-                uint64_t Address, const RemoteKey &Key);
+/// Puts \p Bytes at \p Address of \p Key's memory through \p Ep, with
+/// immediate completion only: on a mapped lane a short put is a copy into
+/// the mapping, done when this returns. Anything else fails (a put UCX
+/// still holds reads from \p Bytes, which callers keep in the ring objects).
+inline bool put(ucp_ep_h Ep, const void *Bytes, size_t Size, uint64_t Address,
+                const RemoteKey &Key) {
+  ucp_request_param_t P;
+  P.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  ucs_status_ptr_t R = ucp_put_nbx(Ep, Bytes, Size, Address, Key.get(), &P);
+  if (LLVM_LIKELY(R == nullptr))
+    return true;
+  if (UCS_PTR_IS_PTR(R)) // Despite FORCE_IMM_CMPL (UCX's newer protocols).
+    ucp_request_free(R);
+  return false;
+}
 
 /// The ring this process offers a peer, which the peer writes frames into.
 struct InRing {
