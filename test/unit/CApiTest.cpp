@@ -13,6 +13,8 @@
 
 #include "tc/Archive.h"
 
+#include "llvm/ADT/StringExtras.h"
+
 #include "gtest/gtest.h"
 
 #include <chrono>
@@ -21,6 +23,12 @@
 #include <functional>
 #include <memory>
 #include <vector>
+
+#include <csignal>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace tc::test;
 
@@ -199,6 +207,127 @@ TEST(CApi, MailboxParamChoosesThePathOverSharedMemory) {
     tc_worker_destroy(Target);
     tc_context_destroy(Ctx);
   }
+}
+
+/// Sets an environment variable for a scope (read by UCX at worker
+/// creation, inherited by processes started meanwhile).
+struct ScopedEnv {
+  std::string Name, Old;
+  bool Had;
+  ScopedEnv(const char *N, const char *V) : Name(N) {
+    const char *O = std::getenv(N);
+    Had = O != nullptr;
+    Old = O ? O : "";
+    setenv(N, V, 1);
+  }
+  ~ScopedEnv() {
+    if (Had)
+      setenv(Name.c_str(), Old.c_str(), 1);
+    else
+      unsetenv(Name.c_str());
+  }
+};
+
+TEST(CApi, KillingTheTargetDuringMailboxTrafficFailsTheSendsAndNothingHangs) {
+  // End to end: a target process (tc-capi-target) and this process on
+  // shared memory, messages going through the target's mailbox ring; the
+  // target is killed in the middle of the stream. The sender hears of it
+  // (a send callback fails, then sends return TC_ERR_CONNECTION_RESET)
+  // within a bounded time, and goes on. UCX notices a dead shared-memory
+  // peer by its keepalive: every second here instead of 20.
+  ScopedEnv Tls("UCX_TLS", "posix,self"), Keep("UCX_KEEPALIVE_INTERVAL", "1s");
+  int Out[2];
+  ASSERT_EQ(pipe(Out), 0);
+  posix_spawn_file_actions_t FA;
+  posix_spawn_file_actions_init(&FA);
+  posix_spawn_file_actions_adddup2(&FA, Out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&FA, Out[0]);
+  char *Argv[] = {const_cast<char *>(TC_CAPI_TARGET_PATH), nullptr};
+  pid_t Pid;
+  ASSERT_EQ(posix_spawn(&Pid, TC_CAPI_TARGET_PATH, &FA, nullptr, Argv,
+                        environ),
+            0);
+  posix_spawn_file_actions_destroy(&FA);
+  close(Out[1]);
+  struct Reap {
+    pid_t Pid;
+    int Fd;
+    ~Reap() {
+      if (Pid > 0) {
+        kill(Pid, SIGKILL);
+        waitpid(Pid, nullptr, 0);
+      }
+      close(Fd);
+    }
+  } Guard{Pid, Out[0]};
+  // Its address line, within 10 s.
+  std::string Line;
+  auto Deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Line.find('\n') == std::string::npos) {
+    pollfd P{Out[0], POLLIN, 0};
+    ASSERT_LT(std::chrono::steady_clock::now(), Deadline) << "no address";
+    if (poll(&P, 1, 100) <= 0)
+      continue;
+    char Buf[512];
+    ssize_t N = read(Out[0], Buf, sizeof Buf);
+    ASSERT_GT(N, 0) << "the target exited";
+    Line.append(Buf, size_t(N));
+  }
+  llvm::StringRef Hex = llvm::StringRef(Line).trim();
+  ASSERT_TRUE(Hex.consume_front("address "));
+  std::string Addr;
+  ASSERT_TRUE(llvm::tryGetFromHex(Hex, Addr));
+
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_h W;
+  ASSERT_EQ(tc_worker_create(Ctx, nullptr, &W), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect_address(W, Addr.data(), Addr.size(), &Ep), TC_OK);
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  tc_ifunc_h F;
+  ASSERT_EQ(tc_ifunc_register_archive(W, Bytes.data(), Bytes.size(), &F),
+            TC_OK);
+  uint64_t One = 1;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &One, sizeof One, &M), TC_OK);
+  // Stream until a few hundred went through the ring (the flush keeps the
+  // stream within the ring's credit and proves the target runs them).
+  tc_worker_stats_t S{};
+  for (int Round = 0; Round < 100 && S.mailbox_sent < 300; ++Round) {
+    for (int I = 0; I < 50; ++I)
+      ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+    ASSERT_EQ(tc_ep_flush(Ep, 10000), TC_OK);
+    ASSERT_EQ(tc_worker_query_stats(W, &S), TC_OK);
+  }
+  ASSERT_GE(S.mailbox_sent, 300u);
+  // Killed and reaped (UCX's keepalive takes a zombie for a live process).
+  kill(Pid, SIGKILL);
+  waitpid(Pid, nullptr, 0);
+  Guard.Pid = -1;
+  // Keep streaming; each send reports. Within 20 s one fails, then every
+  // send is refused at once.
+  int Failed = 0;
+  tc_status_t Last = TC_INPROGRESS;
+  Deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (Last == TC_INPROGRESS &&
+         std::chrono::steady_clock::now() < Deadline) {
+    Last = tc_msg_send(Ep, M,
+                       [](void *A, tc_status_t St) {
+                         if (St != TC_OK)
+                           ++*static_cast<int *>(A);
+                       },
+                       &Failed);
+    for (int I = 0; I < 64; ++I)
+      tc_worker_progress(W);
+  }
+  EXPECT_EQ(Last, TC_ERR_CONNECTION_RESET);
+  EXPECT_GT(Failed, 0);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+  tc_worker_destroy(W);
+  tc_context_destroy(Ctx);
 }
 
 TEST(CApi, SendFlushAndStats) {
