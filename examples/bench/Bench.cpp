@@ -22,6 +22,7 @@ namespace bench {
 
 bool Quiet = false;
 bool ConnectByAddress = false;
+bool Mailboxes = true;
 std::string ClientServerTls;
 std::atomic<bool> Interrupted{false};
 static std::vector<Child *> Running;
@@ -235,6 +236,8 @@ Child startServer(const std::vector<std::string> &Argv,
       Full.push_back(W);
   }
   Full.insert(Full.end(), Argv.begin(), Argv.end());
+  if (!Mailboxes && Argv.size() > 1 && Argv[1] == "serve")
+    Full.push_back("--no-mailbox");
   int Pipe[2];
   if (pipe2(Pipe, O_CLOEXEC) != 0)
     die(std::string("pipe: ") + std::strerror(errno));
@@ -589,6 +592,9 @@ COMMON OPTIONS:
   --quiet              No progress lines on stderr
   --no-pin             tsi/sss/iput: do not pin server and client to two
                        CPUs (by default they are, as ucx_perftest -c is)
+  --no-mailbox         dapc/sss/iput: clients and servers send active
+                       messages only (by default small messages between
+                       processes on shared memory go through mailboxes)
   --help, --version
 
 Run `tc-bench SCENARIO --help` for a scenario's own options.
@@ -642,6 +648,8 @@ int main(int Argc, char **Argv) {
       O.HostsFile = Value(A);
     else if (A == "--no-pin")
       O.Pin = false;
+    else if (A == "--no-mailbox")
+      Mailboxes = false;
     else
       Rest.push_back(A);
   }

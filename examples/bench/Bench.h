@@ -167,6 +167,9 @@ struct CommonOptions {
 void selectTransport(const std::string &Transport, bool Loopback);
 /// True when clients and servers connect by worker address.
 extern bool ConnectByAddress;
+/// False with --no-mailbox: clients and the tc-bench servers started keep
+/// to active messages (tc_worker_params_t::mailbox = 0).
+extern bool Mailboxes;
 /// UCX_TLS for programs that connect by HOST:PORT (tc-gbpc) when it differs
 /// from ours; empty otherwise.
 extern std::string ClientServerTls;
@@ -193,7 +196,7 @@ struct ClientWorker {
 /// messages (tc_worker_params_t::mailbox).
 void makeClient(ClientWorker &C, const std::string &IfuncPath,
                 bool ShipAlways, bool Coalesce = true, bool Pmix = false,
-                bool Mailbox = true);
+                bool Mailbox = Mailboxes);
 tc_ep_h connectTo(ClientWorker &C, const Child &S);
 tc_ifunc_h registerIfunc(ClientWorker &C, const char *Name);
 /// Sends a control message and waits until the server processed it.

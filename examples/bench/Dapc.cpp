@@ -419,19 +419,36 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
         if (Local ? !Am : !Dapc)
           continue;
         std::string Mode = Local ? "am" : Sb ? "dapc-sandbox" : "dapc";
-        uint64_t Hops0 = 0, Hops1 = 0;
-        for (tc_ep_h E : Eps)
-          Hops0 += queryStats(C, E).DapcHops;
+        uint64_t Hops0 = 0, Hops1 = 0, In0 = 0, In1 = 0, Mb0 = 0, Mb1 = 0;
+        for (tc_ep_h E : Eps) {
+          ServerStats St = queryStats(C, E);
+          Hops0 += St.DapcHops;
+          In0 += St.Worker.received;
+          Mb0 += St.Worker.mailbox_received;
+        }
         DC.done = 0;
         double Rate = chaseTc(C, DC, Eps, Msg, Local, P, Depth,
                               "dapc " + Mode);
-        for (tc_ep_h E : Eps)
-          Hops1 += queryStats(C, E).DapcHops;
+        for (tc_ep_h E : Eps) {
+          ServerStats St = queryStats(C, E);
+          Hops1 += St.DapcHops;
+          In1 += St.Worker.received;
+          Mb1 += St.Worker.mailbox_received;
+        }
         if (Hops1 - Hops0 != (P.Count + S) * Depth)
           die("dapc " + Mode + ": the servers read " +
               std::to_string(Hops1 - Hops0) + " entries, expected " +
               std::to_string((P.Count + S) * Depth));
         Add(Mode, Rate);
+        // How many of the chase messages the servers got came through
+        // their mailboxes (shared memory only; the stats queries are AMs).
+        if (ConnectByAddress && In1 > In0) {
+          Record M = Out.back();
+          M.Metric = "mailbox_share";
+          M.Value = double(Mb1 - Mb0) / double(In1 - In0);
+          M.Unit = "ratio";
+          Out.push_back(M);
+        }
       }
       if (Gbpc)
         Add("gbpc", chaseGbpc(Gb, P, Depth));

@@ -211,6 +211,7 @@ OPTIONS:
   --ship always       Attach the archive to every message this server sends
   --blocking          Sleep in tc_worker_wait when idle (more processes
                       than cores) instead of busy polling
+  --no-mailbox        Active messages only (tc_worker_params_t::mailbox = 0)
   --pmix              Started by mpirun / srun --mpi=pmix as a rank of a
                       `tc-bench dapc --pmix` job: wire up by rank (no
                       --listen needed) and exit when the client is done
@@ -227,7 +228,7 @@ int runServer(int Argc, char **Argv) {
   std::string Listen, IfuncPath = defaultIfuncPath(), Exec = "auto",
                       CacheDir, Ship = "once";
   uint64_t MaxLoaded = 0;
-  bool Blocking = false, Pmix = false;
+  bool Blocking = false, Pmix = false, Mailbox = true;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     auto Value = [&]() {
@@ -255,6 +256,8 @@ int runServer(int Argc, char **Argv) {
       Blocking = true;
     else if (A == "--pmix")
       Pmix = true;
+    else if (A == "--no-mailbox")
+      Mailbox = false;
     else
       die("serve: unknown argument '" + A + "'");
   }
@@ -314,6 +317,10 @@ int runServer(int Argc, char **Argv) {
   WP.target_args = S.get();
   WP.accept_cb = benchAccept;
   WP.accept_arg = S.get();
+  if (!Mailbox) {
+    WP.field_mask |= TC_WORKER_PARAM_FIELD_MAILBOX;
+    WP.mailbox = 0;
+  }
   if (Pmix) {
     WP.field_mask |= TC_WORKER_PARAM_FIELD_BOOTSTRAP;
     WP.bootstrap = TC_BOOTSTRAP_PMIX;
