@@ -148,11 +148,13 @@ struct UcxTransportOptions {
   /// maps the peer's memory here (shared memory). False: active messages
   /// only, as before.
   bool Mailbox = true;
-  /// The ring offered to each peer: 64 slots of 256 bytes by default.
+  /// The ring offered to each peer: 128 slots of 128 bytes by default.
   mailbox::Geometry MailboxShape;
   /// How long wait() watches the rings before it sleeps (the sender then
-  /// rings a doorbell), in microseconds.
-  unsigned MailboxSpinUs = 50;
+  /// rings a doorbell), in microseconds. Short: a spinning process holds a
+  /// core a sender may need (with more processes than cores, a 50 us spin
+  /// made each DAPC hop between sleeping servers several times slower).
+  unsigned MailboxSpinUs = 5;
 };
 
 /// A transport over a UCX context + worker of its own.

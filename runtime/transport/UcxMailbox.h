@@ -74,20 +74,27 @@ private:
   ucp_rkey_h Key = nullptr;
 };
 
+/// How an immediate put went.
+enum class PutResult { Done, NoRoom, Failed };
+
 /// Puts \p Bytes at \p Address of \p Key's memory through \p Ep, with
 /// immediate completion only: on a mapped lane a short put is a copy into
-/// the mapping, done when this returns. Anything else fails (a put UCX
-/// still holds reads from \p Bytes, which callers keep in the ring objects).
-inline bool put(ucp_ep_h Ep, const void *Bytes, size_t Size, uint64_t Address,
-                const RemoteKey &Key) {
+/// the mapping, done when this returns. NoRoom: UCX cannot do it at once
+/// (a put longer than the lane's short limit, 120 bytes over posix in UCX
+/// 1.13); nothing was done. Failed: anything else (a put UCX still holds
+/// reads from \p Bytes, which callers keep in the ring objects).
+inline PutResult put(ucp_ep_h Ep, const void *Bytes, size_t Size,
+                     uint64_t Address, const RemoteKey &Key) {
   ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   ucs_status_ptr_t R = ucp_put_nbx(Ep, Bytes, Size, Address, Key.get(), &P);
   if (LLVM_LIKELY(R == nullptr))
-    return true;
-  if (UCS_PTR_IS_PTR(R)) // Despite FORCE_IMM_CMPL (UCX's newer protocols).
-    ucp_request_free(R);
-  return false;
+    return PutResult::Done;
+  if (UCS_PTR_IS_ERR(R))
+    return UCS_PTR_STATUS(R) == UCS_ERR_NO_RESOURCE ? PutResult::NoRoom
+                                                    : PutResult::Failed;
+  ucp_request_free(R); // Despite FORCE_IMM_CMPL (UCX's newer protocols).
+  return PutResult::Failed;
 }
 
 /// The ring this process offers a peer, which the peer writes frames into.
@@ -141,6 +148,9 @@ struct OutRing {
   uint64_t SignalWord = 0;
   /// Set when a put failed: the ring is not used again.
   bool Broken = false;
+  /// The longest slot content a put has shown it can write at once (a
+  /// longer frame goes as an AM without trying).
+  size_t MaxContent = SIZE_MAX;
   /// Slots known to be free without reading the flags again.
   uint64_t Credit = 0;
 

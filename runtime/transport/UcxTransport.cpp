@@ -58,6 +58,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <random>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -1515,11 +1516,21 @@ UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
   uint64_t Slot = O.RingAddress + O.Write.slotOffset(N);
   // The content, a fence, then the signal word: the receiver, which reads
   // the signal first, never sees a signalled slot with old content.
+  if (8 + Header.size() + Body.size() > O.MaxContent)
+    return SlotWrite::Unusable;
   size_t Len = mailbox::encodeSlotContent(&O.Staging[0], Co.AmSent, Header,
                                           Body);
   O.SignalWord = mailbox::signalOf(N);
-  if (LLVM_UNLIKELY(!ucx::put(Co.Ep, O.Staging.data(), Len,
-                              Slot + mailbox::ContentOffset, O.Ring))) {
+  switch (ucx::put(Co.Ep, O.Staging.data(), Len,
+                   Slot + mailbox::ContentOffset, O.Ring)) {
+  case ucx::PutResult::Done:
+    break;
+  case ucx::PutResult::NoRoom:
+    // Longer than the lane puts at once: this one and longer ones go as
+    // AMs (nothing was written).
+    O.MaxContent = Len - 1;
+    return SlotWrite::Unusable;
+  case ucx::PutResult::Failed:
     O.Broken = true; // The AM path from now on.
     return SlotWrite::Unusable;
   }
@@ -1527,8 +1538,9 @@ UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
   // ep_fence): this one, without ucp_worker_fence's walk over every
   // interface (190 instructions). Rings are used only on mapped lanes.
   std::atomic_thread_fence(std::memory_order_release);
-  if (LLVM_UNLIKELY(!ucx::put(Co.Ep, &O.SignalWord, sizeof O.SignalWord,
-                              Slot + mailbox::SignalOffset, O.Ring))) {
+  if (LLVM_UNLIKELY(ucx::put(Co.Ep, &O.SignalWord, sizeof O.SignalWord,
+                             Slot + mailbox::SignalOffset, O.Ring) !=
+                    ucx::PutResult::Done)) {
     // Content without a signal is never read; the slot is written again
     // by the next message of this number, which is now an AM.
     O.Broken = true;
@@ -1685,8 +1697,9 @@ void UcxTransport::releaseSlots(Conn &Co) {
   In.ReleasedWord = Released;
   // Should it fail, the sender's frames wait for credit and then go as AMs
   // when the connection closes.
-  ucx::put(Co.Ep, &In.ReleasedWord, sizeof(uint64_t),
-           In.SenderFlagsAddress + mailbox::ReleasedOffset, In.SenderFlags);
+  (void)ucx::put(Co.Ep, &In.ReleasedWord, sizeof(uint64_t),
+                 In.SenderFlagsAddress + mailbox::ReleasedOffset,
+                 In.SenderFlags);
 }
 
 bool UcxTransport::announceSleep(bool Asleep) {
@@ -1700,7 +1713,7 @@ bool UcxTransport::announceSleep(bool Asleep) {
     In.AsleepWord = Asleep;
     Told &= ucx::put(Co->Ep, &In.AsleepWord, sizeof(uint64_t),
                      In.SenderFlagsAddress + mailbox::AsleepOffset,
-                     In.SenderFlags);
+                     In.SenderFlags) == ucx::PutResult::Done;
   }
   // See writeSlot(): our flag stores before our ring loads.
   std::atomic_thread_fence(std::memory_order_seq_cst);

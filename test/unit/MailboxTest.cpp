@@ -127,14 +127,14 @@ TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
 }
 
 TEST(Mailbox, OversizeFramesDoNotFit) {
-  Geometry G; // 256-byte slots
+  Geometry G; // 128-byte slots
   Loop L(G);
-  EXPECT_EQ(G.maxFrame(), 240u);
-  EXPECT_TRUE(L.send(std::string(3, 'h'), std::string(237, 'b')));
-  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(238, 'b')));
+  EXPECT_EQ(G.maxFrame(), 112u);
+  EXPECT_TRUE(L.send(std::string(3, 'h'), std::string(109, 'b')));
+  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(110, 'b')));
   std::string H, B;
   ASSERT_TRUE(L.take(H, B));
-  EXPECT_EQ(B.size(), 237u);
+  EXPECT_EQ(B.size(), 109u);
 }
 
 TEST(Mailbox, TheAmCountTravelsWithTheFrame) {

@@ -982,8 +982,8 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   P.setUp();
   std::mt19937 Rng(5);
   for (int Burst = 0; Burst < 30; ++Burst) {
-    // Bursts without B's progress fill the 64-slot ring.
-    for (int I = 0; I < 100; ++I) {
+    // Bursts without B's progress fill the 128-slot ring.
+    for (int I = 0; I < 300; ++I) {
       switch (Rng() % 6) {
       case 0:
       case 1:
@@ -994,7 +994,7 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
         P.send(pattern(Rng() % 40, I), false);
         break;
       case 4:
-        P.send(pattern(300, I), true); // More than a 256-byte slot holds.
+        P.send(pattern(300, I), true); // More than a 128-byte slot holds.
         break;
       default:
         P.send(pattern(Rng() % 8 ? 9 : 70000, I), Rng() % 2); // Rendezvous.
