@@ -175,7 +175,8 @@ TEST(Frame, CachedTsiIsACompactFrameOfThreeHeaderBytes) {
   char H[CompactHeaderMax];
   size_t N = encodeCompactInvoke(SmallInvoke{FrameType::Invoke, 99, 1}, 1, H);
   EXPECT_EQ(std::string(H, N), std::string("\x81\x01\x01", 3));
-  auto F = decodeFrame(std::string(H, N) + "x");
+  std::string Wire = std::string(H, N) + "x"; // The frame refers into it.
+  auto F = decodeFrame(Wire);
   ASSERT_TRUE(!!F) << llvm::toString(F.takeError());
   EXPECT_TRUE(F->Compact);
   EXPECT_EQ(F->Type, FrameType::Invoke);
