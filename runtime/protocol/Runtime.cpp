@@ -979,7 +979,8 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
         return false;
       } else {
         WireStatus Why = WireStatus::JitFailed;
-        Expected<const LoadedIfunc *> Got = loadArchive(F.Archive, &F.Hash, Why);
+        Expected<const LoadedIfunc *> Got =
+            loadArchive(F.Archive, &F.Hash, Why);
         if (!Got) {
           sendError(C, F, Why, toString(Got.takeError()));
           return true;

@@ -626,7 +626,8 @@ static std::string timesTenIR(const std::string &Name) {
 }
 
 /// Target options whose compiles wait in \p Held until the test runs them.
-static RuntimeOptions holdingCompiles(std::vector<std::function<void()>> &Held) {
+static RuntimeOptions
+holdingCompiles(std::vector<std::function<void()>> &Held) {
   RuntimeOptions O;
   O.CompileExecutor = [&Held](std::function<void()> Job) {
     Held.push_back(std::move(Job));
@@ -951,6 +952,40 @@ TEST(Runtime, DestroyingATargetWhileItCompilesJoinsTheCompile) {
   ASSERT_TRUE(P.runUntil([&] { return !Err.empty(); }));
   EXPECT_EQ(Err, "connection closed: peer closed the connection");
   EXPECT_EQ(P.Counter, 0u);
+}
+
+TEST(Runtime, SeveralSendersChurnCodeThroughTheHelperThread) {
+  // Three senders, three identities each, on a target that keeps two
+  // loaded: first contacts, evictions, CodeRequests answered by Code frames
+  // compiling on the helper thread, while cached messages run.
+  RuntimeOptions O;
+  O.MaxLoaded = 2;
+  Pair P(O);
+  std::vector<Sender *> All;
+  for (int I = 0; I < 3; ++I)
+    All.push_back(&P.addSender());
+  std::vector<std::vector<std::shared_ptr<const Ifunc>>> Fs(All.size());
+  for (size_t S = 0; S < All.size(); ++S)
+    for (int K : {1, 10, 100}) {
+      std::string Name = "f" + std::to_string(K);
+      Fs[S].push_back(
+          P.reg(ifuncArchive(Name, adderIR(Name, K)), All[S]->R.get()));
+    }
+  uint64_t Want = 0;
+  for (int Round = 0; Round < 4; ++Round)
+    for (size_t S = 0; S < All.size(); ++S)
+      for (size_t K = 0; K < 3; ++K) {
+        size_t Pick = (K + S + Round) % 3;
+        P.sendOn(*All[S]->R, All[S]->Conn, Fs[S][Pick], 0);
+        Want += Pick == 0 ? 1 : Pick == 1 ? 10 : 100;
+      }
+  for (Sender *S : All)
+    ASSERT_TRUE(P.fenceOn(*S->R, S->Conn));
+  EXPECT_EQ(P.Counter, Want);
+  EXPECT_LE(P.Target->jit().size(), 2u);
+  for (Sender *S : All)
+    EXPECT_TRUE(S->Errors.empty());
+  EXPECT_TRUE(P.Target->counters().Errors.empty());
 }
 
 TEST(Runtime, CompilesOnTheProgressThreadWhenAsked) {
