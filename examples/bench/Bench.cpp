@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <regex>
+#include <sstream>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -226,6 +227,13 @@ Child startServer(const std::vector<std::string> &Argv,
   std::vector<std::string> Full;
   if (!Netns.empty())
     Full = {"ip", "netns", "exec", Netns};
+  // TC_BENCH_SERVER_WRAPPER="valgrind --tool=callgrind ..." runs every
+  // server under a tool (docs/benchmarks.md, "Counting instructions").
+  if (const char *Wrap = std::getenv("TC_BENCH_SERVER_WRAPPER")) {
+    std::istringstream Words(Wrap);
+    for (std::string W; Words >> W;)
+      Full.push_back(W);
+  }
   Full.insert(Full.end(), Argv.begin(), Argv.end());
   int Pipe[2];
   if (pipe2(Pipe, O_CLOEXEC) != 0)
@@ -510,8 +518,18 @@ double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
       T0 = Clock::now();
     uint64_t Want = C.Counter + 1;
     Send();
-    waitFor(
-        C.W, [&] { return C.Counter >= Want; }, "a pong");
+    // The wait is inline, as ucx_am's is (UcxAm.cpp): the reference and tc
+    // poll with the same loop, a counter test beside the progress call.
+    Deadline D;
+    for (unsigned Polls = 0; C.Counter < Want; ++Polls) {
+      tc_worker_progress(C.W);
+      if ((Polls & 1023) == 1023) {
+        if (Interrupted)
+          die("interrupted");
+        if (D.passed(60))
+          die("timed out after 60 s waiting for a pong");
+      }
+    }
   }
   double Secs = secondsSince(T0);
   uint32_t Off = PongOff;

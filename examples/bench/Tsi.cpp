@@ -500,7 +500,7 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     // UCX's messages are the size of a cached frame (which is the same for
     // every steady mode but uncached; see docs/wire-format.md).
-    double CachedBytes = 25;
+    double CachedBytes = 4;
     for (size_t I = First; I < R.Out.size(); ++I)
       if (R.Out[I].Mode == "cached" && R.Out[I].Metric == "frame_bytes")
         CachedBytes = R.Out[I].Value;

@@ -7,8 +7,8 @@
  * them to endpoints. A target process runs a worker: each arriving message
  * runs NAME_main(payload, payload_size, target_args) there, after the code
  * was JIT-compiled for the target's CPU on first contact. The archive
- * travels once per (endpoint, code identity); later messages carry a 24-byte
- * header and the payload.
+ * travels once per (endpoint, code identity); later messages carry a header
+ * of a few bytes (3 for a cached TSI message) and the payload.
  *
  * Conventions follow UCX: opaque handles end in _h; parameter structs have a
  * field_mask naming the fields that are set (others are never read); outputs

@@ -3,7 +3,8 @@
 // Every accepted frame must re-encode to exactly the bytes it came from:
 // the format has one encoding per frame, so a parser that accepts anything
 // else is accepting bytes it does not understand. And the receive fast
-// path (decodeSmallInvoke) never accepts what the general decoder rejects.
+// paths (decodeSmallInvoke, decodeCompactInvoke at every header length a
+// compact frame can have) never accept what the general decoder rejects.
 // A Hello frame's capability record decodes to what it re-encodes to.
 // The same bytes read as a batch body (Batch.h) must split into records
 // that rebuild it exactly, or stop at a defect.
@@ -26,6 +27,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
     llvm::Expected<tc::Frame> G = tc::decodeFrame(H, Body);
     if (!G || G->Type != I.Type || G->Seq != I.Seq || G->CodeId != I.CodeId ||
         G->Payload != Body)
+      __builtin_trap();
+  }
+  for (size_t HL = 1; HL <= tc::CompactHeaderMax && HL <= Bytes.size(); ++HL) {
+    llvm::StringRef CH = Bytes.take_front(HL), CB = Bytes.drop_front(HL);
+    if (!tc::decodeCompactInvoke(CH, CB, I))
+      continue;
+    llvm::Expected<tc::Frame> G = tc::decodeFrame(CH, CB);
+    if (!G || !G->Compact || G->Type != I.Type || G->CodeId != I.CodeId ||
+        G->Payload != CB)
       __builtin_trap();
   }
   // A batch: the records handed out rebuild the bytes they came from (all

@@ -16,7 +16,8 @@
 namespace tc {
 
 namespace guard {
-thread_local const RunRecord *Current = nullptr;
+__thread const RunRecord *Current
+    __attribute__((tls_model("initial-exec"))) = nullptr;
 std::atomic<const LoadedIfunc *> ActiveCode{nullptr};
 std::atomic<const char *> ActiveLocal{nullptr};
 std::atomic<RunConnId> ActiveConn{0};

@@ -36,7 +36,13 @@ struct RunRecord {
 
 namespace guard {
 /// This thread's innermost invocation; read by fatal-signal handlers.
-extern thread_local const RunRecord *Current;
+/// Every message reads and writes it twice, so it is as cheap as TLS gets:
+/// `__thread` (constant-initialized, so no C++ TLS init wrapper is called)
+/// and initial-exec (no __tls_get_addr call; libtc is loaded with the
+/// program, or later within glibc's static TLS reserve, which one pointer
+/// fits).
+extern __thread const RunRecord *Current
+    __attribute__((tls_model("initial-exec")));
 /// Process-wide, for a watchdog: the invocation entered last and a counter
 /// bumped on every entry and exit (single writer per Runtime thread).
 extern std::atomic<const LoadedIfunc *> ActiveCode;

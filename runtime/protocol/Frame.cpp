@@ -58,6 +58,9 @@ void encodeFrameHeader(const Frame &F, std::string &H) {
 }
 
 size_t encodeFrameHeader(const Frame &F, char *P) {
+  if (F.Compact)
+    return encodeCompactInvoke(SmallInvoke{F.Type, F.Seq, F.CodeId},
+                               F.Payload.size(), P);
   bool Code = hasCodeHeader(F);
   P[0] = FrameMagic0;
   P[1] = FrameMagic1;
@@ -102,7 +105,44 @@ static Error malformed(const Twine &Msg) {
   return createStringError("malformed frame: " + Msg);
 }
 
+bool decodeCompactInvokeSlow(StringRef Header, StringRef Body,
+                             SmallInvoke &I) {
+  if (Header.empty())
+    return false;
+  uint8_t Tag = uint8_t(Header[0]);
+  if (Tag != (CompactTagBit | uint8_t(FrameType::Invoke)) &&
+      Tag != (CompactTagBit | uint8_t(FrameType::LocalInvoke)))
+    return false;
+  size_t Pos = 1;
+  uint64_t Id, Size;
+  if (!readCompactVarint(Header, Pos, 5, UINT32_MAX, Id) ||
+      !readCompactVarint(Header, Pos, 10, UINT64_MAX, Size) ||
+      Pos != Header.size() || Size != Body.size())
+    return false;
+  I.Type = FrameType(Tag & ~CompactTagBit);
+  I.CodeId = uint32_t(Id);
+  return true;
+}
+
+/// The size of the compact header at the start of \p B, or an error.
+static Expected<size_t> compactHeaderSize(StringRef B) {
+  uint8_t Type = uint8_t(B[0]) & ~CompactTagBit;
+  if (Type != uint8_t(FrameType::Invoke) &&
+      Type != uint8_t(FrameType::LocalInvoke))
+    return malformed(formatv("compact frame of type {0} (only 1 and 9 are)",
+                             unsigned(Type)));
+  size_t Pos = 1;
+  uint64_t V;
+  if (!readCompactVarint(B, Pos, 5, UINT32_MAX, V))
+    return malformed("compact frame: bad code id varint");
+  if (!readCompactVarint(B, Pos, 10, UINT64_MAX, V))
+    return malformed("compact frame: bad payload size varint");
+  return Pos;
+}
+
 Expected<size_t> frameHeaderSize(StringRef B) {
+  if (isCompactHeader(B))
+    return compactHeaderSize(B);
   if (B.size() < FrameHeaderSize)
     return malformed(formatv("{0} header bytes, need {1}", B.size(),
                              FrameHeaderSize));
@@ -130,6 +170,19 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
   if (H.size() != *HSize)
     return malformed(formatv("header is {0} bytes, expected {1}", H.size(),
                              *HSize));
+  if (isCompactHeader(H)) {
+    SmallInvoke I;
+    if (!decodeCompactInvoke(H, Body, I)) // Only the size can be wrong now.
+      return malformed(formatv("body is {0} bytes, compact header says "
+                               "otherwise",
+                               Body.size()));
+    Frame F;
+    F.Compact = true;
+    F.Type = I.Type;
+    F.CodeId = I.CodeId;
+    F.Payload = Body;
+    return F;
+  }
   Frame F;
   F.Type = FrameType(uint8_t(H[3]));
   F.Seq = endian::read32le(H.data() + 4);

@@ -24,7 +24,8 @@ namespace tc {
 
 /// Frame magic, the bytes 't' 'c'.
 constexpr uint8_t FrameMagic0 = 't', FrameMagic1 = 'c';
-/// Wire version; a receiver refuses any other.
+/// The version byte of a full frame header; a receiver refuses any other.
+/// (Wire version 2 added compact frames and left full frames unchanged.)
 constexpr uint8_t FrameVersion = 1;
 
 enum class FrameType : uint8_t {
@@ -72,6 +73,10 @@ struct Frame {
   uint32_t CodeId = 0; ///< Sender-chosen id of a code identity on this ep;
                        ///< LocalInvoke: the local function's id.
   uint32_t Flags = 0;
+  /// Encoded as a compact frame (Invoke or LocalInvoke without code, wire
+  /// version 2): the code id and payload size travel as varints and Seq is
+  /// not on the wire (the receiver counts it; see decodeFrame()).
+  bool Compact = false;
   ArchiveHash Hash{};      ///< Code, and Invoke with FrameHasCode.
   llvm::StringRef Payload; ///< Invoke, LocalInvoke.
   llvm::StringRef Archive; ///< Code, and Invoke with FrameHasCode.
@@ -97,7 +102,9 @@ void encodeFrameHeader(const Frame &F, std::string &Header);
 std::string encodeFrame(const Frame &F);
 
 /// Decodes a frame from its header bytes and body bytes. The body may be
-/// empty or absent for types that have none.
+/// empty or absent for types that have none. A compact frame decodes with
+/// Compact set and Seq 0: its sequence number is the one after the previous
+/// sequenced frame of its connection, which only the caller knows.
 llvm::Expected<Frame> decodeFrame(llvm::StringRef Header, llvm::StringRef Body);
 
 /// The frames of steady state: an Invoke without code or a LocalInvoke,
@@ -149,6 +156,94 @@ inline bool decodeSmallInvoke(llvm::StringRef Header, llvm::StringRef Body,
   return true;
 }
 
+//===----------------------------------------------------------------------===//
+// Compact frames (wire version 2; docs/wire-format.md, "Compact frames")
+//===----------------------------------------------------------------------===//
+
+/// The first byte of a compact header: 0x80 | type (Invoke 0x81,
+/// LocalInvoke 0x89). A full header starts with 't' (0x74), so the first
+/// byte tells the two apart.
+constexpr uint8_t CompactTagBit = 0x80;
+/// The wire version that brought compact frames: a sender uses them only
+/// on a connection whose peer said (in its Hello) that it speaks it.
+constexpr uint8_t CompactWireVersion = 2;
+/// Longest compact header: tag, code id (ULEB128, at most 5 bytes),
+/// payload size (ULEB128, at most 10).
+constexpr size_t CompactHeaderMax = 16;
+
+/// True if \p Header starts like a compact frame (it may still be
+/// malformed); such a frame takes the next sequence number of its
+/// connection whether or not it decodes.
+inline bool isCompactHeader(llvm::StringRef Header) {
+  return !Header.empty() && (uint8_t(Header[0]) & CompactTagBit);
+}
+
+/// Writes the compact header of a SmallInvoke (its Seq is not written) with
+/// a payload of \p PayloadSize bytes into \p P (room for CompactHeaderMax
+/// bytes); returns its size.
+inline size_t encodeCompactInvoke(const SmallInvoke &I, uint64_t PayloadSize,
+                                  char *P) {
+  size_t N = 0;
+  P[N++] = char(CompactTagBit | uint8_t(I.Type));
+  uint64_t V = I.CodeId;
+  for (; V >= 0x80; V >>= 7)
+    P[N++] = char(V | 0x80);
+  P[N++] = char(V);
+  for (V = PayloadSize; V >= 0x80; V >>= 7)
+    P[N++] = char(V | 0x80);
+  P[N++] = char(V);
+  return N;
+}
+
+/// Reads one minimal ULEB128 value of at most \p MaxBytes bytes from
+/// \p H at \p Pos; false if it runs past the end, is longer, is not
+/// minimal (a last byte of 0 after the first) or overflows \p Max.
+inline bool readCompactVarint(llvm::StringRef H, size_t &Pos,
+                              unsigned MaxBytes, uint64_t Max,
+                              uint64_t &Out) {
+  uint64_t V = 0;
+  for (unsigned I = 0; I < MaxBytes && Pos < H.size(); ++I) {
+    uint8_t B = uint8_t(H[Pos++]);
+    uint64_t Bits = uint64_t(B & 0x7f);
+    if (I == 9 && Bits > 1) // The tenth byte holds bit 63 only.
+      return false;
+    V |= Bits << (7 * I);
+    if (!(B & 0x80)) {
+      if (I > 0 && B == 0)
+        return false;
+      if (V > Max)
+        return false;
+      Out = V;
+      return true;
+    }
+  }
+  return false;
+}
+
+/// decodeCompactInvoke() for every header but the common 3-byte one.
+bool decodeCompactInvokeSlow(llvm::StringRef Header, llvm::StringRef Body,
+                             SmallInvoke &I);
+
+/// The receive fast path for compact frames: true, with \p I's type and
+/// code id filled in (not its Seq), when \p Header is a well-formed compact
+/// header of exactly its size whose payload size is \p Body's. Whatever
+/// this accepts, decodeFrame() accepts with the same fields.
+LLVM_ATTRIBUTE_ALWAYS_INLINE bool
+decodeCompactInvoke(llvm::StringRef Header, llvm::StringRef Body,
+                    SmallInvoke &I) {
+  // The common case, a one-byte code id and a one-byte size, without loops.
+  const uint8_t *P = reinterpret_cast<const uint8_t *>(Header.data());
+  if (LLVM_LIKELY(Header.size() == 3 && !((P[1] | P[2]) & 0x80) &&
+                  P[2] == Body.size() &&
+                  (P[0] == (CompactTagBit | uint8_t(FrameType::Invoke)) ||
+                   P[0] == (CompactTagBit | uint8_t(FrameType::LocalInvoke))))) {
+    I.Type = FrameType(P[0] & ~CompactTagBit);
+    I.CodeId = P[1];
+    return true;
+  }
+  return decodeCompactInvokeSlow(Header, Body, I);
+}
+
 /// Decodes a frame stored as one buffer (header then body).
 llvm::Expected<Frame> decodeFrame(llvm::StringRef Bytes);
 
@@ -158,9 +253,10 @@ llvm::Expected<size_t> frameHeaderSize(llvm::StringRef Bytes);
 
 llvm::StringRef wireStatusName(WireStatus S);
 
-/// The wire versions this runtime speaks (frame header byte 2). A Hello
-/// frame always carries header version 1, so any tc reads any peer's Hello.
-constexpr uint8_t WireVersionMin = 1, WireVersionMax = FrameVersion;
+/// The wire versions this runtime speaks: 1 (full frames) and 2 (full and
+/// compact frames). A Hello frame always carries header version 1, so any
+/// tc reads any peer's Hello.
+constexpr uint8_t WireVersionMin = 1, WireVersionMax = CompactWireVersion;
 
 /// What one process tells its peer in a Hello frame (docs/wire-format.md,
 /// "Hello"): enough for a sender to pick the one member the peer will run.

@@ -9,6 +9,7 @@
 
 #include "protocol/Runtime.h"
 #include "jit/Guard.h"
+#include "transport/Bytes.h"
 
 #include "tc/Version.h"
 
@@ -219,6 +220,7 @@ void Runtime::onHello(ConnId C, const Frame &F) {
     return;
   }
   event(formatv("connection {0}: peer {1}", C, describeCapabilities(*Caps)));
+  S.Compact = Caps->WireMax >= CompactWireVersion;
   S.Peer = std::move(*Caps);
   if (!S.HelloSent)
     sendHello(C, S);
@@ -385,15 +387,32 @@ void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
   T->sendWithRoom(C, StringRef(Header, Size), Body, std::move(Done));
 }
 
-void Runtime::sendSmall(ConnId C, const SmallInvoke &I, StringRef Payload,
+void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
+                        StringRef Payload,
                         unique_function<void(Error)> &&Done) {
   char Buf[Transport::HeaderRoom + FrameHeaderSize];
   char *Header = Buf + Transport::HeaderRoom;
-  encodeSmallInvoke(I, Payload.size(), Header);
+  size_t Size = FrameHeaderSize;
+  static_assert(CompactHeaderMax <= FrameHeaderSize, "room for both");
+  if (LLVM_LIKELY(S.Compact))
+    Size = encodeCompactInvoke(I, Payload.size(), Header);
+  else
+    encodeSmallInvoke(I, Payload.size(), Header);
   ++Counters.FramesSent;
-  Counters.BytesSent += FrameHeaderSize + Payload.size();
-  T->sendWithRoom(C, StringRef(Header, FrameHeaderSize), Payload,
-                  std::move(Done));
+  Counters.BytesSent += Size + Payload.size();
+  // Steady state: no completion to keep, and the transport sends at once.
+  if (!Done && T->trySendNow(C, StringRef(Header, Size), Payload))
+    return;
+  T->sendWithRoom(C, StringRef(Header, Size), Payload, std::move(Done));
+}
+
+void Runtime::send(ConnId C, const Message &M) {
+  Conn &S = conn(C);
+  if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code && !Opts.AlwaysShipCode))
+    return sendSmall(
+        C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+        M.Payload, unique_function<void(Error)>());
+  send(C, M, unique_function<void(Error)>());
 }
 
 void Runtime::send(ConnId C, const Message &M,
@@ -417,7 +436,8 @@ void Runtime::send(ConnId C, const Message &M,
     S.LastSentId = It->second;
   }
   if (Sent && !Opts.AlwaysShipCode) {
-    sendSmall(C, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+    sendSmall(C, S,
+              SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
               M.Payload, std::move(Done));
     return;
   }
@@ -559,6 +579,7 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
 }
 
 Runtime::KnownCode &Runtime::know(Conn &S, uint32_t Id, const LoadedIfunc &L) {
+  S.LastKnown = nullptr; // Known may grow and move its entries.
   KnownCode &K = S.Known[Id];
   if (K.Code != &L)
     K = KnownCode{L.Hash, &L, ArgsSlot()};
@@ -828,14 +849,27 @@ void Runtime::evict(const ArchiveHash &Which) {
   TargetArchives.erase(H);
   LRU.remove(H);
   LruFront = nullptr;
-  for (auto &KV : Conns)
+  for (auto &KV : Conns) {
+    KV.second.LastKnown = nullptr;
     for (auto It = KV.second.Known.begin(); It != KV.second.Known.end();)
       if (It->second.Hash == H)
         KV.second.Known.erase(It++); // DenseMap: erase keeps others valid.
       else
         ++It;
+  }
   ++Counters.Evictions;
   event("evicted " + toHex(H).substr(0, 16));
+}
+
+void *Runtime::scratch(size_t Size) {
+  size_t Words =
+      (Size + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t);
+  if (Scratch.size() <= Depth)
+    Scratch.resize(Depth + 1);
+  std::vector<std::max_align_t> &Level = Scratch[Depth];
+  if (Level.size() < Words)
+    Level.resize(Words);
+  return Level.data();
 }
 
 void Runtime::callMain(ConnId C, const SmallInvoke &About,
@@ -846,18 +880,11 @@ void Runtime::callMain(ConnId C, const SmallInvoke &About,
   // frame: that one gets the next level's buffer, so this payload stays.
   alignas(std::max_align_t) char Small[128];
   void *Buf = Small;
-  if (Payload.size() > sizeof Small) {
-    size_t Words = (Payload.size() + sizeof(std::max_align_t) - 1) /
-                   sizeof(std::max_align_t);
-    if (Scratch.size() <= Depth)
-      Scratch.resize(Depth + 1);
-    std::vector<std::max_align_t> &Level = Scratch[Depth];
-    if (Level.size() < Words)
-      Level.resize(Words);
-    Buf = Level.data();
-  }
-  if (!Payload.empty())
-    std::memcpy(Buf, Payload.data(), Payload.size());
+  if (LLVM_UNLIKELY(Payload.size() > sizeof Small))
+    Buf = scratch(Payload.size());
+  copyBytes(static_cast<char *>(Buf), Payload.data(), Payload.size());
+  if (LLVM_UNLIKELY(L && L->Sandboxed))
+    return callSandboxed(C, About, *L, Args, Buf, Payload.size());
   ++Depth;
   ConnId Outer = Current;
   Current = C;
@@ -866,23 +893,36 @@ void Runtime::callMain(ConnId C, const SmallInvoke &About,
   Rec.Code = L;
   Rec.LocalName = LocalName;
   Rec.Conn = C;
-  bool Trapped = false;
-  SandboxTrap Trap;
   {
     RunScope Scope(Rec);
-    if (L && L->Sandboxed)
-      Trapped = !runSandboxed(Main, Buf, Payload.size(), Args, Opts.Sandbox,
-                              Trap);
-    else
-      Main(Buf, Payload.size(), Args);
+    Main(Buf, Payload.size(), Args);
   }
   Current = Outer;
   --Depth;
-  if (LLVM_UNLIKELY(Trapped)) {
-    reportTrap(C, About, *L, Trap);
-    return;
-  }
   ++Counters.Executed;
+}
+
+void Runtime::callSandboxed(ConnId C, const SmallInvoke &About,
+                            const LoadedIfunc &L, void *Args, void *Payload,
+                            size_t Size) {
+  ++Depth;
+  ConnId Outer = Current;
+  Current = C;
+  RunRecord Rec;
+  Rec.Code = &L;
+  Rec.Conn = C;
+  SandboxTrap Trap;
+  bool Trapped;
+  {
+    RunScope Scope(Rec);
+    Trapped = !runSandboxed(L.Main, Payload, Size, Args, Opts.Sandbox, Trap);
+  }
+  Current = Outer;
+  --Depth;
+  if (Trapped)
+    reportTrap(C, About, L, Trap);
+  else
+    ++Counters.Executed;
 }
 
 void Runtime::reportTrap(ConnId C, const SmallInvoke &About,
@@ -916,16 +956,19 @@ Error Runtime::registerLocal(StringRef Name, IfuncMainFn Fn) {
 
 void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
                         unique_function<void(Error)> Done) {
+  sendLocal(C, localFunctionId(Name), Payload, std::move(Done));
+}
+
+void Runtime::sendLocal(ConnId C, uint32_t Id, StringRef Payload,
+                        unique_function<void(Error)> Done) {
   Conn &S = conn(C);
   if (LLVM_UNLIKELY(S.Blocked))
     return holdOrFail(S, std::move(Done),
-                      [this, C, Name = Name.str(), Payload = Payload.str()](
+                      [this, C, Id, Payload = Payload.str()](
                           unique_function<void(Error)> D) {
-                        sendLocal(C, Name, Payload, std::move(D));
+                        sendLocal(C, Id, Payload, std::move(D));
                       });
-  sendSmall(C,
-            SmallInvoke{FrameType::LocalInvoke, S.NextSeq++,
-                        localFunctionId(Name)},
+  sendSmall(C, S, SmallInvoke{FrameType::LocalInvoke, S.NextSeq++, Id},
             Payload, std::move(Done));
 }
 
@@ -936,15 +979,20 @@ bool Runtime::runSmall(ConnId C, Conn &S, const SmallInvoke &I,
   const LoadedIfunc *Code = nullptr;
   const char *LocalName = nullptr;
   if (I.Type == FrameType::Invoke) {
-    auto K = S.Known.find(I.CodeId);
-    if (K == S.Known.end())
-      return false;
+    KnownCode *K = S.LastKnown;
+    if (LLVM_UNLIKELY(!K || S.LastKnownId != I.CodeId)) {
+      auto It = S.Known.find(I.CodeId);
+      if (It == S.Known.end())
+        return false;
+      K = S.LastKnown = &It->second;
+      S.LastKnownId = I.CodeId;
+    }
     ++Counters.CacheHits;
-    const LoadedIfunc &L = *K->second.Code;
+    const LoadedIfunc &L = *K->Code;
     touch(L);
     Main = L.Main;
     Code = &L;
-    Args = targetArgs(L.Name, K->second.Args);
+    Args = targetArgs(L.Name, K->Args);
   } else {
     auto It = Locals.find(I.CodeId);
     if (It == Locals.end())
@@ -987,7 +1035,7 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
         }
         L = *Got;
       }
-      KnownCode &K = know(S, F.CodeId, *L);
+      KnownCode &K = know(S, F.CodeId, *L); // Resets S.LastKnown.
       callMain(C, SmallInvoke{F.Type, F.Seq, F.CodeId}, L, nullptr, L->Main,
                targetArgs(L->Name, K.Args), F.Payload);
       return true;
@@ -1068,21 +1116,34 @@ void Runtime::drain(ConnId C) {
 
 void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
   // Steady state: a message for code that is here, nothing queued before it.
+  Conn &S = conn(C);
   SmallInvoke I;
-  if (LLVM_LIKELY(decodeSmallInvoke(Header, Body, I))) {
-    Conn &S = conn(C);
-    if (LLVM_LIKELY(S.Queue.empty()) && runSmall(C, S, I, Body))
+  if (LLVM_LIKELY(isCompactHeader(Header))) {
+    // A compact frame takes the next sequence number, decoded or not, so
+    // the ones after it keep theirs.
+    I.Seq = ++S.RecvSeq;
+    if (LLVM_LIKELY(decodeCompactInvoke(Header, Body, I) && S.Queue.empty() &&
+                    runSmall(C, S, I, Body)))
+      return;
+    return onOtherFrame(C, Header, Body, I.Seq);
+  }
+  if (decodeSmallInvoke(Header, Body, I)) {
+    S.RecvSeq = I.Seq;
+    if (S.Queue.empty() && runSmall(C, S, I, Body))
       return;
   }
-  onOtherFrame(C, Header, Body);
+  onOtherFrame(C, Header, Body, 0);
 }
 
-void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {
+void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
+                           uint32_t CompactSeq) {
+  bool Compact = isCompactHeader(Header);
   Expected<Frame> FOr = decodeFrame(Header, Body);
   if (!FOr) {
     std::string Msg = toString(FOr.takeError());
     Frame About;
-    if (Header.size() >= 12) { // Best effort: echo seq and code id.
+    About.Seq = CompactSeq;
+    if (!Compact && Header.size() >= 12) { // Best effort: echo seq, code id.
       About.Seq = support::endian::read32le(Header.data() + 4);
       About.CodeId = support::endian::read32le(Header.data() + 8);
     }
@@ -1093,6 +1154,8 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {
               Msg);
     return;
   }
+  if (Compact)
+    FOr->Seq = CompactSeq;
   const Frame &F = *FOr;
   Conn &S = conn(C);
   switch (F.Type) {
@@ -1100,12 +1163,19 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {
   case FrameType::LocalInvoke:
   case FrameType::Fence:
   case FrameType::RegionRead:
+    S.RecvSeq = F.Seq;
     if (F.Type == FrameType::Invoke && (F.Flags & FrameHasCode)) {
       ++Counters.Received;
       ++Counters.CodeFrames;
     }
-    if (!S.Queue.empty() || !handle(C, S, F))
-      conn(C).Queue.push_back(Pending{Header.str() + Body.str()});
+    if (!S.Queue.empty() || !handle(C, S, F)) {
+      // Queued frames are kept whole; a compact one with its sequence
+      // number written out, since its place in the stream implied it.
+      Frame Full = F;
+      Full.Compact = false;
+      conn(C).Queue.push_back(Pending{Compact ? encodeFrame(Full)
+                                              : Header.str() + Body.str()});
+    }
     return;
   case FrameType::Code: {
     ++Counters.CodeFrames;

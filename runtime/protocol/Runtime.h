@@ -196,12 +196,19 @@ public:
   /// Sends \p M on \p Conn. \p Done runs (from progress()) once the
   /// message's buffers may be reused; \p M is copied as needed.
   void send(ConnId Conn, const Message &M,
-            llvm::unique_function<void(llvm::Error)> Done = nullptr);
+            llvm::unique_function<void(llvm::Error)> Done);
+  /// send() without a completion: the steady state's path (a message of
+  /// the ifunc sent last on \p Conn costs a few compares, a header of a
+  /// few bytes and the transport's send).
+  void send(ConnId Conn, const Message &M);
 
   /// Sends a LocalInvoke: runs the function the target registered under
   /// \p Name (registerLocal) on \p Payload. The active-message baseline:
   /// no code travels or is looked up, only an id and the payload.
   void sendLocal(ConnId Conn, llvm::StringRef Name, llvm::StringRef Payload,
+                 llvm::unique_function<void(llvm::Error)> Done = nullptr);
+  /// sendLocal() of the function whose id (localFunctionId) is \p Id.
+  void sendLocal(ConnId Conn, uint32_t Id, llvm::StringRef Payload,
                  llvm::unique_function<void(llvm::Error)> Done = nullptr);
 
   /// Sends a fence; \p Done runs when the target has processed every
@@ -363,6 +370,8 @@ private:
     std::string Failure; ///< Why every send on this connection fails.
     std::deque<Held> Outbox; ///< sends held until the peer's Hello
     std::optional<Capabilities> Peer;
+    /// The peer reads compact frames (it said wire version 2 or later).
+    bool Compact = false;
     // As a sender.
     std::map<ArchiveHash, uint32_t> SentCode; ///< identity -> code id
     std::map<uint32_t, std::shared_ptr<const Ifunc>> ById;
@@ -377,7 +386,15 @@ private:
              llvm::unique_function<void(llvm::Expected<std::string>)>>
         Reads;
     // As a target.
+    /// The sequence number of the last sequenced frame that arrived
+    /// (Invoke, LocalInvoke, Fence, RegionRead): a compact frame's is the
+    /// next one.
+    uint32_t RecvSeq = 0;
     llvm::DenseMap<uint32_t, KnownCode> Known; ///< by code id
+    /// The entry of Known last run, and its code id: a run of one ifunc's
+    /// messages costs a compare. Null after any change to Known.
+    KnownCode *LastKnown = nullptr;
+    uint32_t LastKnownId = 0;
     std::set<uint32_t> Requested;          ///< code ids asked for
     std::deque<Pending> Queue;             ///< frames waiting, in order
     /// drain() is running a message of this connection (which may have
@@ -418,10 +435,15 @@ private:
   bool handle(ConnId C, Conn &S, const Frame &F);
   /// Runs \p I if its code is here (Invoke) or registered (LocalInvoke);
   /// false otherwise, having done nothing.
-  bool runSmall(ConnId C, Conn &S, const SmallInvoke &I,
-                llvm::StringRef Payload);
-  void sendSmall(ConnId C, const SmallInvoke &I, llvm::StringRef Payload,
-                 llvm::unique_function<void(llvm::Error)> &&Done);
+  LLVM_ATTRIBUTE_ALWAYS_INLINE bool runSmall(ConnId C, Conn &S,
+                                             const SmallInvoke &I,
+                                             llvm::StringRef Payload);
+  /// Sends an Invoke without code or a LocalInvoke: compact when the peer
+  /// reads compact frames, else with the full 24-byte header.
+  LLVM_ATTRIBUTE_ALWAYS_INLINE void
+  sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
+            llvm::StringRef Payload,
+            llvm::unique_function<void(llvm::Error)> &&Done);
   void drain(ConnId C);
   /// Verifies, admits and loads an archive on this thread; records the
   /// code id (CompileOnProgressThread).
@@ -461,15 +483,27 @@ private:
     return lookUpTargetArgs(Name, Slot);
   }
   void *lookUpTargetArgs(llvm::StringRef Name, ArgsSlot &Slot);
-  /// onFrame() for every frame but a runnable SmallInvoke.
+  /// onFrame() for every frame but a runnable SmallInvoke; \p CompactSeq
+  /// is the sequence number a compact frame took (0 for a full frame).
   LLVM_ATTRIBUTE_NOINLINE void onOtherFrame(ConnId C, llvm::StringRef Header,
-                                            llvm::StringRef Body);
+                                            llvm::StringRef Body,
+                                            uint32_t CompactSeq);
   /// Runs one message: \p L's NAME_main (sandboxed if it was loaded so)
   /// or, with \p L null, the local function \p LocalName. \p About names
   /// the message in an Error frame if sandboxed code traps.
-  void callMain(ConnId C, const SmallInvoke &About, const LoadedIfunc *L,
-                const char *LocalName, IfuncMainFn Main, void *Args,
-                llvm::StringRef Payload);
+  LLVM_ATTRIBUTE_ALWAYS_INLINE void
+  callMain(ConnId C, const SmallInvoke &About, const LoadedIfunc *L,
+           const char *LocalName, IfuncMainFn Main, void *Args,
+           llvm::StringRef Payload);
+  /// callMain() for sandboxed code: runs it under runSandboxed() and
+  /// reports a trap.
+  LLVM_ATTRIBUTE_NOINLINE void callSandboxed(ConnId C,
+                                             const SmallInvoke &About,
+                                             const LoadedIfunc &L, void *Args,
+                                             void *Payload, size_t Size);
+  /// The aligned buffer for a payload of \p Size bytes at this nesting
+  /// depth (over 128 bytes; smaller ones go on the stack).
+  LLVM_ATTRIBUTE_NOINLINE void *scratch(size_t Size);
   LLVM_ATTRIBUTE_NOINLINE void reportTrap(ConnId C, const SmallInvoke &About,
                                           const LoadedIfunc &L,
                                           const SandboxTrap &Trap);

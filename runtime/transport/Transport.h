@@ -99,6 +99,18 @@ public:
     send(Conn, Header, Body, std::move(Done));
   }
 
+  /// The steady-state path of small frames sent without a completion:
+  /// sends \p Header + \p Body on \p Conn at once, from the caller's
+  /// buffers, when the transport can do so without keeping anything (no
+  /// completion to report, nothing queued, no earlier frame of \p Conn still
+  /// waiting). Returns false, having done nothing, otherwise: the caller
+  /// then sends the frame with send() or sendWithRoom(), so the order of
+  /// frames on a connection is the order of the calls either way.
+  virtual bool trySendNow(ConnId Conn, llvm::StringRef Header,
+                          llvm::StringRef Body) {
+    return false;
+  }
+
   /// Closes \p Conn; pending sends complete with an error.
   virtual void disconnect(ConnId Conn) = 0;
 

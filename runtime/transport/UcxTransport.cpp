@@ -35,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "transport/Batch.h"
+#include "transport/Bytes.h"
 #include "transport/Transport.h"
 
 #include "llvm/ADT/DenseMap.h"
@@ -65,13 +66,20 @@ namespace tc {
 
 namespace {
 
-/// Active message ids: frames sent with REPLY (header: the frame header),
-/// welcomes (header: the 8-byte token), frames sent with a token (header:
-/// token, then the frame header) and batches (header: token; body: records,
-/// Batch.h).
-constexpr unsigned TcAmId = 0x7C, WelcomeAmId = 0x7D, TokenAmId = 0x7E,
-                   BatchAmId = 0x7F;
+/// Active message ids: small frames in one buffer (no AM header; data:
+/// token, header size byte, frame header, frame body), frames sent with
+/// REPLY (header: the frame header), welcomes (header: the 8-byte token),
+/// frames sent with a token (header: token, then the frame header) and
+/// batches (header: token; body: records, Batch.h).
+constexpr unsigned InlineAmId = 0x7A, TcAmId = 0x7C, WelcomeAmId = 0x7D,
+                   TokenAmId = 0x7E, BatchAmId = 0x7F;
 constexpr size_t TokenSize = 8;
+/// Frames whose inline message (token, size byte, header, body) is at most
+/// this long go as InlineAmId: one contiguous AM data buffer and no AM
+/// header, which UCX sends with one copy less than a header plus data
+/// (ucp_am_send_nbx adds an iov entry for a user header: about 50 of its
+/// ~340 instructions for a cached TSI frame, callgrind).
+constexpr size_t InlineMax = 256;
 /// Bodies up to this size are first tried as an immediate send from the
 /// caller's buffers; larger ones (bcopy fragments, rendezvous) go straight
 /// to the request path, where UCX could not complete them at once anyway.
@@ -167,6 +175,7 @@ public:
   Expected<ConnId> connectAddress(StringRef Address) override;
   void send(ConnId C, StringRef Header, StringRef Body,
             unique_function<void(Error)> Done) override;
+  bool trySendNow(ConnId C, StringRef Header, StringRef Body) override;
   void sendWithRoom(ConnId C, StringRef Header, StringRef Body,
                     unique_function<void(Error)> Done) override;
   void disconnect(ConnId C) override;
@@ -220,6 +229,10 @@ private:
   /// before \p Header are ours to write the token into.
   void sendFrame(ConnId C, StringRef Header, StringRef Body,
                  unique_function<void(Error)> &&Done, bool Room);
+  /// Sends \p Header + \p Body as one InlineAmId message that UCX
+  /// completes at once; false (nothing sent) when UCX cannot right now or
+  /// the frame is too big for it.
+  bool sendInline(Conn &Co, StringRef Header, StringRef Body);
   /// Sends one active message on \p Co (connection \p C).
   void post(Conn &Co, ConnId C, unsigned AmId, StringRef Header, StringRef Body,
             bool Reply, unique_function<void(Error)> &&Done);
@@ -239,6 +252,9 @@ private:
   LLVM_ATTRIBUTE_NOINLINE bool flushBacklogs();
   /// Runs the queued send completions and disconnects (progress()).
   LLVM_ATTRIBUTE_NOINLINE void report();
+  /// progress() when there are Chores before the pass, and what follows.
+  LLVM_ATTRIBUTE_NOINLINE bool progressWithChores();
+  LLVM_ATTRIBUTE_NOINLINE void doChores();
   /// Starts \p Op on \p Co's endpoint (the request path, with AM send
   /// \p Flags) and tracks it until UCX lets go of it.
   void submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
@@ -269,8 +285,10 @@ private:
   /// is kept for a send without a callback.
   void complete(unique_function<void(Error)> &&Done, StringRef Err) {
     Activity = true;
-    if (Done)
+    if (Done) {
       Completions.emplace_back(std::move(Done), Err.str());
+      Chores = true;
+    }
   }
   /// Frees the endpoint-close requests that have finished.
   LLVM_ATTRIBUTE_NOINLINE void reapClosing() {
@@ -288,6 +306,9 @@ private:
   static ucs_status_t onAm(void *Arg, const void *Header, size_t HeaderLen,
                            void *Data, size_t Length,
                            const ucp_am_recv_param_t *Param);
+  static ucs_status_t onInlineAm(void *Arg, const void *Header,
+                                 size_t HeaderLen, void *Data, size_t Length,
+                                 const ucp_am_recv_param_t *Param);
   static ucs_status_t onTokenAm(void *Arg, const void *Header,
                                 size_t HeaderLen, void *Data, size_t Length,
                                 const ucp_am_recv_param_t *Param);
@@ -329,6 +350,10 @@ private:
   std::mt19937_64 Random{std::random_device{}()};
   TransportStats Stats;
   bool Activity = false;
+  /// Possibly true while Completions, Lost, Backlogged or Closing is not
+  /// empty (set where they grow, recomputed by doChores()): an idle
+  /// progress() tests this one flag beside ucp_worker_progress().
+  bool Chores = false;
   /// Set by the destructor: no handler callback may run any more.
   bool Destroying = false;
 };
@@ -378,6 +403,7 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
     return ucxError("ucp_worker_create", S);
 
   const std::pair<unsigned, ucp_am_recv_callback_t> Handlers[] = {
+      {InlineAmId, &UcxTransport::onInlineAm},
       {TcAmId, &UcxTransport::onAm},
       {WelcomeAmId, &UcxTransport::onWelcome},
       {TokenAmId, &UcxTransport::onTokenAm},
@@ -612,6 +638,10 @@ inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
     return;
   }
   Co->LastRound = Round;
+  if (!Co->Held && sendInline(*Co, Header, Body)) {
+    complete(std::move(Done), "");
+    return;
+  }
   if (Room) {
     // The token goes into the caller's room, right before the header.
     static_assert(TokenSize == HeaderRoom, "the token fills the room");
@@ -628,6 +658,42 @@ inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
   post(*Co, C, TokenAmId, Tokened, Body, /*Reply=*/false, std::move(Done));
 }
 
+bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
+  // What sendFrame() would send at once, minus its bookkeeping: an open
+  // connection with its token, nothing of it in UCX's hands or waiting,
+  // and (with coalescing) the first frame of this progress() round.
+  Conn *Co = findConn(C);
+  if (LLVM_UNLIKELY(!Co || !Co->Ep || !Co->PeerToken || Co->Held ||
+                    !Co->Backlog.empty() ||
+                    (Coalesce && Co->LastRound == Round)))
+    return false;
+  if (!sendInline(*Co, Header, Body))
+    return false;
+  Co->LastRound = Round;
+  ++Stats.TokenFrames;
+  return true;
+}
+
+inline bool UcxTransport::sendInline(Conn &Co, StringRef Header,
+                                     StringRef Body) {
+  size_t Len = TokenSize + 1 + Header.size() + Body.size();
+  if (Len > InlineMax)
+    return false;
+  char Buf[InlineMax];
+  support::endian::write64le(Buf, Co.PeerToken);
+  Buf[TokenSize] = char(Header.size()); // < InlineMax, so it fits
+  copyBytes(Buf + TokenSize + 1, Header.data(), Header.size());
+  copyBytes(Buf + TokenSize + 1 + Header.size(), Body.data(), Body.size());
+  // UCX reads only the fields op_attr_mask names.
+  ucp_request_param_t P;
+  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  P.flags = 0;
+  // Anything but immediate success (a full FIFO, a failed endpoint) is left
+  // to the general path, which waits or reports.
+  return ucp_am_send_nbx(Co.Ep, InlineAmId, nullptr, 0, Buf, Len, &P) ==
+         nullptr;
+}
+
 void UcxTransport::backlog(Conn &Co, ConnId C, StringRef Header, StringRef Body,
                            unique_function<void(Error)> &&Done) {
   enqueue(Co, C, Header, Body, std::move(Done));
@@ -642,8 +708,10 @@ void UcxTransport::backlog(Conn &Co, ConnId C, StringRef Header, StringRef Body,
 
 void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
                            unique_function<void(Error)> &&Done) {
-  if (Co.Backlog.empty())
+  if (Co.Backlog.empty()) {
     Backlogged.push_back(C);
+    Chores = true;
+  }
   // A big frame goes alone; a small one joins the open batch, or opens one.
   size_t Size = Header.size() + Body.size();
   bool Alone = Size > BatchFrameMax;
@@ -786,6 +854,7 @@ void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
   ucs_status_ptr_t R = ucp_ep_close_nbx(Ep, &P);
   if (R && !UCS_PTR_IS_ERR(R)) {
     Closing.emplace_back(R, Ep);
+    Chores = true;
     ClosingEps.insert(Ep);
   }
 }
@@ -818,6 +887,7 @@ void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
   // UCX asks for a forced close of a failed endpoint; it completes the
   // sends still pending (with UCS_ERR_CANCELED) before it returns.
   closeEp(Ep, /*Force=*/true);
+  Chores = true;
   Lost.emplace_back(C, formatv("connection to {0} lost: {1}", Peer,
                                ucs_status_string(S))
                            .str());
@@ -974,6 +1044,33 @@ UcxTransport::Conn *UcxTransport::byToken(const void *Header, ConnId &C) {
   return nullptr;
 }
 
+ucs_status_t UcxTransport::onInlineAm(void *Arg, const void *, size_t HeaderLen,
+                                      void *Data, size_t Length,
+                                      const ucp_am_recv_param_t *Param) {
+  auto *T = static_cast<UcxTransport *>(Arg);
+  T->Activity = true;
+  // tc sends these small, so never by rendezvous: anything else is dropped.
+  if (LLVM_UNLIKELY(T->Destroying || HeaderLen != 0 ||
+                    Length < TokenSize + 1 ||
+                    (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))) {
+    ++T->Stats.DroppedFrames;
+    return UCS_OK;
+  }
+  ConnId C;
+  Conn *Co = T->byToken(Data, C);
+  if (!Co)
+    return UCS_OK;
+  char *P = static_cast<char *>(Data);
+  size_t HS = uint8_t(P[TokenSize]);
+  if (LLVM_UNLIKELY(HS > Length - TokenSize - 1)) {
+    ++T->Stats.DroppedFrames;
+    return UCS_OK;
+  }
+  return T->arrived(C, *Co, StringRef(P + TokenSize + 1, HS),
+                    P + TokenSize + 1 + HS, Length - TokenSize - 1 - HS,
+                    /*Rndv=*/false);
+}
+
 ucs_status_t UcxTransport::onTokenAm(void *Arg, const void *Header,
                                      size_t HeaderLen, void *Data,
                                      size_t Length,
@@ -1054,22 +1151,38 @@ bool UcxTransport::progress() {
   // One pass, as ucp_worker_progress users do: a caller that got `true`
   // calls again. Looping here until UCX is quiet would add a whole poll of
   // every transport to each message's latency. What an idle pass does
-  // beyond ucp_worker_progress() is a few tests: it is every message's
-  // detection delay.
+  // beyond ucp_worker_progress() is a counter and a flag test: it is every
+  // message's detection delay.
   // A new round: the next frame on each connection leaves at once again.
   ++Round;
+  if (LLVM_UNLIKELY(Chores))
+    return progressWithChores();
+  Activity = ucp_worker_progress(Worker) != 0;
+  // What handlers and callbacks queued in this round.
+  if (LLVM_UNLIKELY(Chores))
+    doChores();
+  return Activity;
+}
+
+bool UcxTransport::progressWithChores() {
   bool Flushed = !Backlogged.empty() && flushBacklogs();
   Activity = ucp_worker_progress(Worker) != 0;
   Activity |= Flushed;
-  if (LLVM_UNLIKELY(!Completions.empty() || !Lost.empty()))
+  doChores();
+  return Activity;
+}
+
+void UcxTransport::doChores() {
+  if (!Completions.empty() || !Lost.empty())
     report();
   // What handlers and callbacks sent in this round, and backlogs UCX has
   // let go of meanwhile.
   if (!Backlogged.empty())
     flushBacklogs();
-  if (LLVM_UNLIKELY(!Closing.empty()))
+  if (!Closing.empty())
     reapClosing();
-  return Activity;
+  Chores = !Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
+           !Closing.empty();
 }
 
 void UcxTransport::report() {

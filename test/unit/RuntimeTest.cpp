@@ -281,18 +281,18 @@ TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
   auto F = P.reg(ifuncArchive("add", adderIR("add")));
   P.send(F, 1);
   ASSERT_TRUE(P.fence());
-  // A newer peer on a second connection says Hello with wire 2-2.
+  // A newer peer on a second connection says Hello with wire 3-3.
   auto C2 = P.Source->transport().connect("target", 1);
   ASSERT_TRUE(!!C2);
   Capabilities Newer = P.Source->capabilities();
-  Newer.WireMin = Newer.WireMax = 2;
+  Newer.WireMin = Newer.WireMax = 3;
   Newer.TcVersion = "9.0.0";
   sendRawHello(P.Source->transport(), *C2, Newer);
   ASSERT_TRUE(P.runUntil([&] { return !P.Errors.empty(); }));
   EXPECT_EQ(P.Errors[0].Status, WireStatus::UnsupportedVersion);
   EXPECT_EQ(P.Errors[0].Message,
-            "the peer speaks tc wire versions 2-2 (tc 9.0.0), this process "
-            "1-1 (tc " TC_VERSION_STRING "): no version in common");
+            "the peer speaks tc wire versions 3-3 (tc 9.0.0), this process "
+            "1-2 (tc " TC_VERSION_STRING "): no version in common");
   // The first connection is served as before.
   P.send(F, 1);
   ASSERT_TRUE(P.fence());
@@ -322,7 +322,7 @@ TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
   H.runUntil([&] { return Failures.size() >= 2; });
   ASSERT_EQ(Failures.size(), 2u);
   std::string Want = "the peer speaks tc wire versions 3-3 (tc 7.0.0), this "
-                     "process 1-1 (tc " TC_VERSION_STRING
+                     "process 1-2 (tc " TC_VERSION_STRING
                      "): no version in common";
   EXPECT_EQ(Failures[0], Want);
   EXPECT_EQ(Failures[1], Want);
@@ -588,6 +588,68 @@ TEST(Runtime, LocalInvokeRunsALinkedFunctionInOrder) {
   ASSERT_EQ(P.Errors.size(), 1u);
   EXPECT_EQ(P.Errors[0].Status, WireStatus::UnknownLocal);
   EXPECT_EQ(P.Target->counters().CodeFrames, 1u);
+}
+
+TEST(Runtime, CompactFramesTakeTheNextSequenceNumberEvenWhenQueued) {
+  // After the Hello (wire 1-2 on both sides) cached messages and local
+  // invokes go as compact frames, whose sequence numbers are not on the
+  // wire: the target counts them. Errors must still name the right ones,
+  // also for frames that waited in the queue for code (they are kept
+  // whole, with their number written out).
+  Pair P;
+  ASSERT_FALSE(!!P.Target->registerLocal("add", tcTestLocalAdd));
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  uint64_t V = 10;
+  P.send(F, 1);                                          // seq 1, with code
+  P.Source->sendLocal(P.Conn, "nope", "");               // seq 2, compact
+  P.send(F, 1);                                          // seq 3, compact
+  ASSERT_TRUE(P.fence());                                // seq 4
+  ASSERT_NE(P.Source->peer(P.Conn), nullptr);
+  EXPECT_EQ(P.Source->peer(P.Conn)->WireMax, 2u);
+  P.Target->evict(F->Hash);
+  P.send(F, 1);                      // seq 5: unknown code id now, queued
+  P.Source->sendLocal(P.Conn, "nope", "");               // seq 6, queued
+  P.Source->sendLocal(P.Conn, "add",
+                      llvm::StringRef((const char *)&V, 8)); // seq 7
+  P.Source->sendLocal(P.Conn, "nope", "");               // seq 8
+  ASSERT_TRUE(P.fence());                                // seq 9
+  ASSERT_EQ(P.Errors.size(), 3u);
+  EXPECT_EQ(P.Errors[0].Seq, 2u);
+  EXPECT_EQ(P.Errors[1].Seq, 6u);
+  EXPECT_EQ(P.Errors[2].Seq, 8u);
+  for (const RemoteError &E : P.Errors)
+    EXPECT_EQ(E.Status, WireStatus::UnknownLocal);
+  EXPECT_EQ(P.Counter, 1u + 1u + 1u + 10u + 8u);
+  EXPECT_EQ(P.Target->counters().CodeRequests, 1u);
+}
+
+TEST(Runtime, APeerOfWireVersion1GetsFullFrames) {
+  // A target that says wire 1-1 in its Hello cannot read compact frames:
+  // its sender keeps the 24-byte header.
+  HandPlayedTarget H(ifuncArchive("add", adderIR("add")));
+  std::vector<std::string> Headers;
+  H.OnFrame = [&](ConnId C, llvm::StringRef Header, llvm::StringRef Body) {
+    Headers.push_back(Header.str());
+    auto F = decodeFrame(Header, Body);
+    if (!F) {
+      llvm::consumeError(F.takeError());
+      return;
+    }
+    if (F->Type == FrameType::Hello) {
+      Capabilities Caps = *decodeCapabilities(F->Data);
+      Caps.WireMin = Caps.WireMax = 1;
+      sendRawHello(*H.Raw, C, Caps);
+    }
+  };
+  H.S->send(H.Conn, *H.M);
+  H.S->send(H.Conn, *H.M);
+  H.S->sendLocal(H.Conn, "x", "");
+  H.runUntil([&] { return Headers.size() >= 4; });
+  ASSERT_EQ(Headers.size(), 4u); // Hello, the first with code, two more.
+  for (size_t I = 1; I < Headers.size(); ++I)
+    EXPECT_FALSE(isCompactHeader(Headers[I])) << I;
+  EXPECT_EQ(Headers[2].size(), FrameHeaderSize);
+  EXPECT_EQ(Headers[3].size(), FrameHeaderSize);
 }
 
 TEST(Runtime, PayloadInitErrorsAreReported) {

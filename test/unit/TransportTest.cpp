@@ -499,6 +499,60 @@ struct RawUcxPeer {
   }
 };
 
+TEST_P(UcxTransportTest, FramesSentNowAndQueuedKeepTheirOrder) {
+  // trySendNow() sends small frames at once when nothing of the connection
+  // waits, and otherwise declines (the caller then uses send()): before the
+  // peer's token is known, behind a rendezvous frame UCX still holds, and
+  // after the first frame of a progress() round while coalescing. Frames
+  // arrive in the order of the calls either way.
+  connect();
+  std::vector<std::string> Bodies;
+  std::vector<bool> Now;
+  auto Send = [&](const std::string &Body) {
+    std::string H = "f" + std::to_string(Bodies.size());
+    bool Sent = A->T->trySendNow(AC, H, Body);
+    if (!Sent)
+      A->send(AC, H, Body);
+    Bodies.push_back(Body);
+    Now.push_back(Sent);
+  };
+  Send("first"); // No token yet: declined.
+  EXPECT_FALSE(Now.back());
+  // Probes until B's welcome gave A the token.
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    Send("probe");
+    return Now.back();
+  }));
+  size_t Behind = 0;
+  for (int Round = 0; Round < 20; ++Round) {
+    A->progress();
+    // The first of its round: at once, but not behind the rendezvous
+    // frame of round 10 (B does not progress here, so UCX holds it).
+    Send(pattern(Round % 5, Round));
+    EXPECT_EQ(Now.back(), Round <= 10) << Round;
+    Send(pattern(3, Round)); // Coalescing: declined, batched.
+    EXPECT_FALSE(Now.back()) << Round;
+    if (Round == 10) {
+      A->progress();
+      Send(pattern(1 << 20, 9)); // A rendezvous frame, held by UCX...
+      Send("behind"); // ...so this one waits behind it.
+      Behind = Now.size() - 1;
+    }
+  }
+  EXPECT_FALSE(Now[Behind]);
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return B->E.Frames.size() == Bodies.size(); }));
+  for (size_t I = 0; I < Bodies.size(); ++I) {
+    ASSERT_EQ(B->E.Frames[I].Header, "f" + std::to_string(I));
+    EXPECT_TRUE(B->E.Frames[I].Body == Bodies[I]) << I;
+  }
+  // Only the frames sent with send() report completions.
+  size_t Queued = llvm::count(Now, false);
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return A->Results.size() == Queued; }));
+  EXPECT_TRUE(llvm::all_of(A->Results, [](auto &R) { return R.empty(); }));
+}
+
 TEST_P(UcxTransportTest, ForgedTokensAndBadBatchesAreDroppedAndServingGoesOn) {
   connect();
   auto Addr = B->T->address();
@@ -510,13 +564,20 @@ TEST_P(UcxTransportTest, ForgedTokensAndBadBatchesAreDroppedAndServingGoesOn) {
   const std::string FrameHeader = Forged + "fake", NoToken = "abc";
   std::string Record("\x04\x00\x00\x00\x01\x00\x00\x00", 8);
   Record += "fakeX";
+  // Inline frames (0x7A: token, header size, header, body in the data):
+  // a forged token, data too short for a token and a size, and an AM
+  // header where there must be none.
+  const std::string InlineForged = Forged + "\x04" + "fakeX", Short = "tiny";
   {
     RawUcxPeer Raw(GetParam(), *Addr);
     Raw.send(0x7E, FrameHeader, "X");
     Raw.send(0x7F, Forged, Record);
     Raw.send(0x7F, NoToken, Record);
+    Raw.send(0x7A, "", InlineForged);
+    Raw.send(0x7A, "", Short);
+    Raw.send(0x7A, NoToken, InlineForged);
     ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
-      return Raw.done() && B->T->stats().DroppedFrames == 3;
+      return Raw.done() && B->T->stats().DroppedFrames == 6;
     }));
   }
   EXPECT_TRUE(B->E.Frames.empty()) << "a forged frame was delivered";
