@@ -23,6 +23,12 @@
 #include <cstring>
 #include <thread>
 
+#include <cerrno>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 using namespace llvm;
 
 namespace tc {
@@ -57,6 +63,35 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
                                    std::move(*J));
 }
 
+/// Asks the kernel to run the calling thread in short time slices (0.1 ms,
+/// the least it grants), keeping its policy, nice value and so its share of
+/// the CPU. Linux's EEVDF scheduler (6.12 and later: a custom slice for
+/// SCHED_OTHER) lets the task on a CPU run to the end of its slice before
+/// a task that wakes there; the compile's slice then bounds how long a
+/// progress thread waking on its CPU waits for it. Elsewhere, or where the
+/// call fails, nothing changes.
+static void preferShortSlices() {
+#if defined(__linux__) && defined(SYS_sched_setattr)
+  struct {
+    uint32_t Size, Policy;
+    uint64_t Flags;
+    int32_t Nice;
+    uint32_t Priority;
+    uint64_t Runtime, Deadline, Period;
+  } Attr{};
+  static_assert(sizeof Attr == 48, "struct sched_attr, version 0");
+  errno = 0;
+  int Nice = getpriority(PRIO_PROCESS, 0); // This thread's.
+  if (errno != 0 || sched_getscheduler(0) != SCHED_OTHER)
+    return;
+  Attr.Size = sizeof Attr;
+  Attr.Policy = SCHED_OTHER;
+  Attr.Nice = Nice;
+  Attr.Runtime = 100000; // ns
+  (void)syscall(SYS_sched_setattr, 0, &Attr, 0);
+#endif
+}
+
 /// The default executor of off-thread compiles: one thread, started at the
 /// first job, running jobs in order. One is enough: the codegen step of
 /// compiles on one JitEngine runs one at a time anyway.
@@ -84,6 +119,7 @@ public:
 
 private:
   void run() {
+    preferShortSlices();
     std::unique_lock<std::mutex> L(Mutex);
     for (;;) {
       Wake.wait(L, [&] { return Stop || !Jobs.empty(); });
@@ -742,17 +778,23 @@ void Runtime::compileFor(const ArchiveHash &Hash, CompileWaiter W) {
   Compiler->post(std::move(Job));
 }
 
-bool Runtime::finishCompiles() {
+bool Runtime::finishCompiles(bool Busy) {
   std::vector<std::pair<ArchiveHash, LoadOutcome>> Batch;
   {
     std::lock_guard<std::mutex> L(FinishedMutex);
     Batch.swap(Finished);
   }
+  // Nothing to do but wait for a compile: let it have this CPU (a target
+  // whose progress loop spins, pinned to the compile's CPU, would share it
+  // half and half with the compile instead; this returns at once when no
+  // other task wants the CPU).
+  if (Batch.empty() && !Busy)
+    std::this_thread::yield();
   for (auto &[Hash, O] : Batch) {
     --CompilesInFlight;
     compiled(Hash, O);
   }
-  return !Batch.empty();
+  return Busy || !Batch.empty();
 }
 
 void Runtime::compiled(const ArchiveHash &Hash, LoadOutcome &O) {

@@ -271,11 +271,12 @@ public:
   //--- Progress --------------------------------------------------------===//
 
   /// Runs the transport's callbacks, then whatever off-thread compiles
-  /// finished (the messages that waited for them).
+  /// finished (the messages that waited for them). While a compile is in
+  /// flight and nothing else happened, it yields the CPU once.
   bool progress() {
     bool Did = T->progress();
     if (LLVM_UNLIKELY(CompilesInFlight != 0))
-      Did |= finishCompiles();
+      Did = finishCompiles(Did);
     return Did;
   }
   /// Blocks like Transport::wait(); returns at once when a compile has
@@ -467,8 +468,9 @@ private:
   /// Makes frame \p W wait for the off-thread compile of \p Hash: joins
   /// the compile running for it, or starts one with W's archive.
   void compileFor(const ArchiveHash &Hash, CompileWaiter W);
-  /// Takes the results of finished compiles and runs what waited.
-  bool finishCompiles();
+  /// Takes the results of finished compiles and runs what waited; \p Busy:
+  /// the transport had work. Returns whether anything happened.
+  bool finishCompiles(bool Busy);
   void compiled(const ArchiveHash &Hash, LoadOutcome &O);
   /// Drops (reporting each) the queued Invokes of \p CodeId on \p C:
   /// their code failed to load.
