@@ -272,7 +272,8 @@ public:
 
   /// Runs the transport's callbacks, then whatever off-thread compiles
   /// finished (the messages that waited for them). While a compile is in
-  /// flight and nothing else happened, it yields the CPU once.
+  /// flight on the one CPU this thread may use and nothing else happened,
+  /// it naps 50 us so the compile has the CPU.
   bool progress() {
     bool Did = T->progress();
     if (LLVM_UNLIKELY(CompilesInFlight != 0))
@@ -552,6 +553,9 @@ private:
   // progress thread; Finished is filled by whichever thread compiled.
   std::map<ArchiveHash, CompileJob> Compiling;
   unsigned CompilesInFlight = 0; ///< Jobs started, results not taken yet.
+  /// The helper thread runs on the progress thread's only CPU: an idle
+  /// progress() naps while a compile is in flight (finishCompiles).
+  bool NapWhileCompiling = false;
   std::mutex FinishedMutex;
   std::vector<std::pair<ArchiveHash, LoadOutcome>> Finished;
   std::unique_ptr<CompileThread> Compiler; ///< The default executor.
