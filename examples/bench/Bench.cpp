@@ -574,8 +574,9 @@ SCENARIOS:
           already at the target), cached-unbatched (the same, one UCX AM
           per message: coalescing off), uncached (every message carries
           the archive), object (native member), ucx_am (TSI on UCX's
-          own AM, no tc), ucx_perftest (UCX's own benchmark), and first
-          contact (jit, object, disk-cache)
+          own AM, no tc), ucx_perftest (UCX's own benchmark), first
+          contact (jit, object, disk-cache), and stall (a cached stream's
+          p50/p99 alone and while another client ships new code)
   dapc    distributed pointer chase: dapc (ifunc forwards itself), am
           (the same walk linked into the servers), gbpc (client does one
           UCX GET per hop, tc-gbpc); rate over depth and server count

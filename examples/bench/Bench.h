@@ -131,6 +131,7 @@ enum PongMode : uint32_t { PongOff = 0, PongLocal = 1, PongIfunc = 2 };
 struct ServerStats {
   tc_worker_stats_t Worker;
   uint64_t Tsi;          ///< TSI counter (tsi, fca, fcb ifuncs and local)
+  uint64_t Probes;       ///< fsa, fsb runs (not in Tsi: they send no pong)
   uint64_t SssCount, SssSum;
   uint64_t IputCount, IputRejected, IputHash; ///< hash of the buffer
   uint64_t DapcHops;

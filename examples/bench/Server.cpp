@@ -38,6 +38,7 @@ namespace {
 struct Server {
   tc_worker_h W = nullptr;
   uint64_t Tsi = 0;
+  uint64_t Probes = 0; ///< The stall probes' counter (no pongs for them).
   sss_target_t Sss{};
   iput_target_t Iput{};
   std::vector<unsigned char> IputBuf = std::vector<unsigned char>(1 << 20);
@@ -75,6 +76,7 @@ extern "C" void benchStats(void *, size_t, void *) {
   ServerStats S{};
   tc_worker_query_stats(The->W, &S.Worker);
   S.Tsi = The->Tsi;
+  S.Probes = The->Probes;
   S.SssCount = The->Sss.count;
   S.SssSum = The->Sss.sum;
   S.IputCount = The->Iput.count;
@@ -95,6 +97,7 @@ extern "C" void benchEvict(void *, size_t, void *) {
 
 extern "C" void benchReset(void *, size_t, void *) {
   The->Tsi = 0;
+  The->Probes = 0;
   The->Sss = sss_target_t{};
   The->Iput.count = The->Iput.rejected = 0;
   std::memset(The->IputBuf.data(), 0, The->IputBuf.size());
@@ -212,6 +215,9 @@ OPTIONS:
   --blocking          Sleep in tc_worker_wait when idle (more processes
                       than cores) instead of busy polling
   --no-mailbox        Active messages only (tc_worker_params_t::mailbox = 0)
+  --sync-compile      Compile arriving code inside tc_worker_progress, as
+                      before #21 (compile_thread = 0: every connection
+                      waits for each compile)
   --pmix              Started by mpirun / srun --mpi=pmix as a rank of a
                       `tc-bench dapc --pmix` job: wire up by rank (no
                       --listen needed) and exit when the client is done
@@ -228,7 +234,7 @@ int runServer(int Argc, char **Argv) {
   std::string Listen, IfuncPath = defaultIfuncPath(), Exec = "auto",
                       CacheDir, Ship = "once";
   uint64_t MaxLoaded = 0;
-  bool Blocking = false, Pmix = false, Mailbox = true;
+  bool Blocking = false, Pmix = false, Mailbox = true, SyncCompile = false;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     auto Value = [&]() {
@@ -254,6 +260,8 @@ int runServer(int Argc, char **Argv) {
       Ship = Value();
     else if (A == "--blocking")
       Blocking = true;
+    else if (A == "--sync-compile")
+      SyncCompile = true;
     else if (A == "--pmix")
       Pmix = true;
     else if (A == "--no-mailbox")
@@ -321,6 +329,10 @@ int runServer(int Argc, char **Argv) {
     WP.field_mask |= TC_WORKER_PARAM_FIELD_MAILBOX;
     WP.mailbox = 0;
   }
+  if (SyncCompile) {
+    WP.field_mask |= TC_WORKER_PARAM_FIELD_COMPILE_THREAD;
+    WP.compile_thread = 0;
+  }
   if (Pmix) {
     WP.field_mask |= TC_WORKER_PARAM_FIELD_BOOTSTRAP;
     WP.bootstrap = TC_BOOTSTRAP_PMIX;
@@ -351,9 +363,13 @@ int runServer(int Argc, char **Argv) {
     if (L.Args)
       tc_worker_set_target_args(W, L.Name, L.Args);
   }
-  // The first-contact probes are TSI under other names.
+  // The first-contact probes are TSI under other names. The stall probes
+  // (tc-bench tsi --modes stall) count apart: another client's pong stream
+  // runs meanwhile, and a pong answers every change of the TSI counter.
   tc_worker_set_target_args(W, "fca", &S->Tsi);
   tc_worker_set_target_args(W, "fcb", &S->Tsi);
+  tc_worker_set_target_args(W, "fsa", &S->Probes);
+  tc_worker_set_target_args(W, "fsb", &S->Probes);
   // The ifunc pong: the TSI ifunc sent back to the client.
   static const unsigned char One = 1;
   if (tc_ifunc_register(W, "tsi", &S->TsiIfunc) != TC_OK ||

@@ -17,6 +17,7 @@
 #include "Bench.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,16 +25,19 @@
 #include <iterator>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sstream>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 namespace bench {
 namespace {
 
 struct Sizes {
-  uint64_t Warmup, LatencyIters, RateMsgs, FirstContactTrials, Rounds;
+  uint64_t Warmup, LatencyIters, RateMsgs, FirstContactTrials, Rounds,
+      StallMsgs;
 };
 
 struct TsiRun {
@@ -189,6 +193,186 @@ void firstContact(TsiRun &R, const std::string &Mode, const Child &Server) {
     tc_msg_free(M[I]);
     tc_ifunc_deregister(F[I]);
   }
+  tc_ep_destroy(Ep);
+}
+
+/// Value at fraction \p Q (0..1) of \p V, nearest rank (sorts \p V).
+double percentile(std::vector<double> &V, double Q) {
+  if (V.empty())
+    return 0;
+  std::sort(V.begin(), V.end());
+  size_t I = static_cast<size_t>(Q * static_cast<double>(V.size()));
+  return V[std::min(I, V.size() - 1)];
+}
+
+/// A paced TSI ping-pong: message I is sent at T0 + I * PaceUs (or when
+/// the pong before it is back, if that is later), and its latency is taken
+/// from the time it was due to its pong. A stall therefore counts for every
+/// message it holds up, not only for the one it caught (a back-to-back
+/// ping-pong would hide it: one message in thousands). Microseconds.
+std::vector<double> pacedStream(ClientWorker &C, tc_ep_h Ep, tc_msg_h M,
+                                uint64_t N, double PaceUs) {
+  std::vector<double> Lat;
+  Lat.reserve(N);
+  Clock::time_point T0 = Clock::now();
+  for (uint64_t I = 0; I < N; ++I) {
+    Clock::time_point Due =
+        T0 + std::chrono::nanoseconds(
+                 static_cast<int64_t>(static_cast<double>(I) * PaceUs * 1e3));
+    while (Clock::now() < Due)
+      tc_worker_progress(C.W);
+    uint64_t Want = C.Counter + 1;
+    sendOrDie(tc_msg_send(Ep, M, nullptr, nullptr));
+    waitFor(C.W, [&] { return C.Counter >= Want; }, "a pong");
+    Lat.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - Due).count());
+  }
+  return Lat;
+}
+
+/// The second client of the stall mode, on a thread of its own with its
+/// own worker: every ChurnMs it ships the probe the target does not have
+/// (fsa and fsb alternate, every message carries its archive, and the
+/// target keeps two identities loaded: the stream's and one probe), and
+/// waits, sleeping in tc_worker_wait, until the target has run it.
+struct Churn {
+  ClientWorker W;
+  tc_ep_h Ep = nullptr;
+  tc_ifunc_h F[2] = {nullptr, nullptr};
+  tc_msg_h M[2] = {nullptr, nullptr};
+  std::atomic<bool> Stop{false};
+  std::atomic<uint64_t> Sent{0}; ///< Probes the target has run.
+  std::string Error; ///< Why it stopped early (reported by the caller)
+  std::atomic<bool> Failed{false}; ///< and that it did (set after Error).
+  std::thread Thread;
+
+  Churn(const std::string &IfuncPath, const Child &Server) {
+    makeClient(W, IfuncPath, /*ShipAlways=*/true);
+    Ep = connectTo(W, Server);
+    static const unsigned char One = 1;
+    const char *Names[2] = {"fsa", "fsb"};
+    for (int I = 0; I < 2; ++I) {
+      F[I] = registerIfunc(W, Names[I]);
+      if (tc_msg_create(F[I], &One, 1, &M[I]) != TC_OK)
+        die("cannot create a stall probe message");
+    }
+  }
+  ~Churn() {
+    for (int I = 0; I < 2; ++I) {
+      tc_msg_free(M[I]);
+      tc_ifunc_deregister(F[I]);
+    }
+    tc_ep_destroy(Ep);
+  }
+  void start(double ChurnMs) {
+    Thread = std::thread([this, ChurnMs] {
+      // Next to the target: the stream's client keeps its CPU to itself.
+      if (ServerCpu >= 0) {
+        cpu_set_t Set;
+        CPU_ZERO(&Set);
+        CPU_SET(ServerCpu, &Set);
+        sched_setaffinity(0, sizeof Set, &Set);
+      }
+      auto Every = std::chrono::nanoseconds(
+          static_cast<int64_t>(ChurnMs * 1e6));
+      Clock::time_point Next = Clock::now();
+      while (!Stop && !Interrupted) {
+        std::this_thread::sleep_until(Next);
+        if (Stop)
+          break; // The stream is over: the code it runs is not touched now.
+        tc_status_t S = tc_msg_send(Ep, M[Sent & 1], nullptr, nullptr);
+        if (S == TC_OK || S == TC_INPROGRESS)
+          S = tc_ep_flush(Ep, 60000);
+        if (S != TC_OK) {
+          Error = std::string("a stall probe failed: ") + tc_status_string(S);
+          Failed = true;
+          return;
+        }
+        ++Sent;
+        Next = std::max(Next + Every, Clock::now());
+      }
+    });
+  }
+  void stop() {
+    Stop = true;
+    if (Thread.joinable())
+      Thread.join();
+    if (!Error.empty())
+      die("tsi stall: " + Error);
+  }
+};
+
+/// The stall a first contact causes for others: p50/p99 of a paced cached
+/// TSI stream alone, then while a second client ships new code every
+/// ChurnMs to the same target.
+void stallMode(TsiRun &R, const std::string &Mode, const Child &Server,
+               double PaceUs, double ChurnMs) {
+  note("tsi stall: a paced cached stream, alone and next to first contacts");
+  ClientWorker C;
+  makeClient(C, R.O.IfuncPath, /*ShipAlways=*/false);
+  tc_ep_h Ep = connectTo(C, Server);
+  static const unsigned char One = 1;
+  tc_ifunc_h F = registerIfunc(C, "tsi");
+  tc_msg_h M;
+  if (tc_msg_create(F, &One, 1, &M) != TC_OK)
+    die("cannot create a tsi message");
+  control(C, Ep, "bench.reset", nullptr, 0);
+  // Warm-up, unpaced: both sides compile their TSI here.
+  pingPong(C, Ep, PongIfunc, [&] { sendOrDie(tc_msg_send(Ep, M, nullptr,
+                                                         nullptr)); },
+           0, std::min<uint64_t>(R.N.Warmup, 1000));
+  uint32_t Pong = PongIfunc;
+  control(C, Ep, "bench.pong", &Pong, sizeof Pong);
+  std::vector<double> Quiet = pacedStream(C, Ep, M, R.N.StallMsgs, PaceUs);
+  uint32_t Off = PongOff;
+  control(C, Ep, "bench.pong", &Off, sizeof Off);
+  ServerStats S0 = queryStats(C, Ep);
+
+  Churn B(R.O.IfuncPath, Server);
+  control(C, Ep, "bench.pong", &Pong, sizeof Pong);
+  B.start(ChurnMs);
+  // The stream starts once the first probe is in: every phase has a first
+  // contact, however short.
+  waitFor(C.W, [&] { return B.Sent > 0 || B.Failed; },
+          "the first stall probe");
+  std::vector<double> Busy = pacedStream(C, Ep, M, R.N.StallMsgs, PaceUs);
+  B.stop();
+  control(C, Ep, "bench.pong", &Off, sizeof Off);
+  ServerStats S1 = queryStats(C, Ep);
+
+  uint64_t Ran = S1.Tsi - S0.Tsi;
+  uint64_t Probes = S1.Probes - S0.Probes;
+  uint64_t Loads = S1.Worker.compiles - S0.Worker.compiles;
+  if (Ran != R.N.StallMsgs || Probes != B.Sent)
+    die("tsi stall: the target counted " + std::to_string(Ran) +
+        " stream messages and " + std::to_string(Probes) +
+        " probes, expected " + std::to_string(R.N.StallMsgs) + " and " +
+        std::to_string(B.Sent));
+  // Each probe is a first contact while the stream runs: the target keeps
+  // two identities loaded, and the stream touches its own more recently
+  // than the other probe (a stream held up for a whole churn period would
+  // see its own code evicted instead; then a probe finds itself loaded).
+  if (B.Sent && !Loads)
+    die("tsi stall: " + std::to_string(B.Sent) +
+        " probes made no load at the target");
+  if (S1.Worker.errors)
+    die("tsi stall: the target dropped " + std::to_string(S1.Worker.errors) +
+        " messages");
+  double QuietP99 = percentile(Quiet, 0.99);
+  double BusyP99 = percentile(Busy, 0.99);
+  R.add(Mode, "quiet_p50_us", percentile(Quiet, 0.5), "us");
+  R.add(Mode, "quiet_p99_us", QuietP99, "us");
+  R.add(Mode, "churn_p50_us", percentile(Busy, 0.5), "us");
+  R.add(Mode, "churn_p99_us", BusyP99, "us");
+  R.add(Mode, "p99_ratio", QuietP99 > 0 ? BusyP99 / QuietP99 : 0, "x");
+  R.add(Mode, "contacts", static_cast<double>(Loads), "loads");
+  R.add(Mode, "contact_load_ms",
+        Loads ? (S1.Worker.compile_ms - S0.Worker.compile_ms) /
+                    static_cast<double>(Loads)
+              : 0,
+        "ms");
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
   tc_ep_destroy(Ep);
 }
 
@@ -372,8 +556,18 @@ OPTIONS:
                   mailbox (cached over reactive mailboxes), uncached, object,
                   sandbox (cached on a --exec sandbox server), ucx_am,
                   ucx_put (a raw UCX put ping-pong), ucx_perftest,
-                  first-contact (default: all; mailbox and ucx_put need
-                  shared memory)
+                  first-contact, stall (default: all; mailbox and ucx_put
+                  need shared memory)
+  --stall-msgs N  stall: messages of the cached stream, alone and then
+                  next to the other client (default 5000; --quick 1000)
+  --pace-us N     stall: the cached stream sends a message every N us
+                  (default 200); latency is taken from when it was due
+  --churn-ms N    stall: the second client ships new code every N ms
+                  (default 5)
+  --sync-compile  first-contact: the servers compile on their progress
+                  thread, as before #21 (stall measures both anyway)
+  --stall-spin    stall: the target busy-polls instead of sleeping when
+                  idle (pinned, it shares its CPU with its compiles)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
                   ucx_perftest out of --modes)
 )";
@@ -381,7 +575,7 @@ OPTIONS:
 const char *const AllModes[] = {
     "am",      "cached", "cached-unbatched", "mailbox",      "uncached",
     "object",  "sandbox", "ucx_am",          "ucx_put",      "ucx_perftest",
-    "first-contact"};
+    "first-contact", "stall"};
 
 std::vector<std::string> parseModes(const std::string &List) {
   std::vector<std::string> Out;
@@ -429,10 +623,11 @@ double pairedRatio(const std::vector<Record> &Out, size_t First,
 
 int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   TsiRun R{O, {}, {}};
-  R.N = O.Quick ? Sizes{2000, 20000, 200000, 10, 3}
-                : Sizes{10000, 100000, 1000000, 50, 5};
+  R.N = O.Quick ? Sizes{2000, 20000, 200000, 10, 3, 1000}
+                : Sizes{10000, 100000, 1000000, 50, 5, 5000};
   std::vector<std::string> Modes(std::begin(AllModes), std::end(AllModes));
-  bool NoPerftest = false;
+  bool NoPerftest = false, SyncCompile = false, StallSpin = false;
+  uint64_t PaceUs = 200, ChurnMs = 5;
   if (!walkArgs(
           "tsi", Args, TsiUsage,
           [&](const std::string &A, const std::function<std::string()> &Value) {
@@ -446,16 +641,27 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
               R.N.Rounds = parseCount(A, Value());
             else if (A == "--no-perftest")
               NoPerftest = true;
+            else if (A == "--sync-compile")
+              SyncCompile = true;
+            else if (A == "--stall-spin")
+              StallSpin = true;
             else if (A == "--modes")
               Modes = parseModes(Value());
+            else if (A == "--stall-msgs")
+              R.N.StallMsgs = parseCount(A, Value());
+            else if (A == "--pace-us")
+              PaceUs = parseCount(A, Value());
+            else if (A == "--churn-ms")
+              ChurnMs = parseCount(A, Value());
             else
               return false;
             return true;
           }))
     return 0;
   if (!R.N.LatencyIters || !R.N.RateMsgs || !R.N.FirstContactTrials ||
-      !R.N.Rounds)
-    die("tsi: --iters, --msgs, --trials and --rounds must be at least 1");
+      !R.N.Rounds || !R.N.StallMsgs || !PaceUs || !ChurnMs)
+    die("tsi: --iters, --msgs, --trials, --rounds, --stall-msgs, --pace-us "
+        "and --churn-ms must be at least 1");
   auto Want = [&](const char *M) {
     return std::find(Modes.begin(), Modes.end(), M) != Modes.end();
   };
@@ -516,6 +722,25 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       steadyMode(R, "sandbox", S, false, "tsi");
       stopServer(S);
     }
+    if (Want("stall")) {
+      // The same target twice: compiling off its progress thread (the
+      // default), and inside it (before #21). It sleeps when idle, as
+      // tc-serve does: on this 2-core machine a busy-polling target would
+      // leave its compiles no CPU but the one its progress loop spins on
+      // (docs/benchmarks.md).
+      for (bool Sync : {false, true}) {
+        std::vector<std::string> Args = {"--exec", "bitcode", "--max-loaded",
+                                         "2"};
+        if (!StallSpin)
+          Args.push_back("--blocking");
+        if (Sync)
+          Args.push_back("--sync-compile");
+        Child S = Serve(Args, "stall server");
+        stallMode(R, Sync ? "stall-sync" : "stall", S,
+                  static_cast<double>(PaceUs), static_cast<double>(ChurnMs));
+        stopServer(S);
+      }
+    }
     if (Want("ucx_am")) {
       note("tsi ucx_am: latency and rate");
       UcxAmFigures F = ucxAmTsi(R.N.Warmup, R.N.LatencyIters, R.N.RateMsgs);
@@ -571,22 +796,16 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     if (!mkdtemp(Tmpl))
       die("cannot create a temporary cache directory");
     std::string CacheDir = Tmpl;
-    {
-      Child S = Serve({"--exec", "bitcode"}, "first-contact server");
-      firstContact(R, "jit", S);
+    auto Probe = [&](const std::string &Mode, std::vector<std::string> Args) {
+      if (SyncCompile)
+        Args.push_back("--sync-compile");
+      Child S = Serve(Args, "first-contact server");
+      firstContact(R, Mode, S);
       stopServer(S);
-    }
-    {
-      Child S = Serve({"--exec", "object"}, "first-contact server");
-      firstContact(R, "object", S);
-      stopServer(S);
-    }
-    {
-      Child S = Serve({"--exec", "bitcode", "--cache-dir", CacheDir},
-                      "first-contact server");
-      firstContact(R, "disk-cache", S);
-      stopServer(S);
-    }
+    };
+    Probe("jit", {"--exec", "bitcode"});
+    Probe("object", {"--exec", "object"});
+    Probe("disk-cache", {"--exec", "bitcode", "--cache-dir", CacheDir});
     std::system(("rm -rf '" + CacheDir + "'").c_str());
   }
 
@@ -631,6 +850,11 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
                   SandboxLat, SandboxRate);
     std::printf("\n");
   }
+  if (O.Fmt == Format::Table && Want("stall"))
+    std::printf("\ncached stream p99 with another client's first contacts / "
+                "without: %.3f compiling off the progress thread, %.3f on it "
+                "(stall, stall-sync: medians of the rounds' ratios)\n",
+                Find("stall", "p99_ratio"), Find("stall-sync", "p99_ratio"));
   return 0;
 }
 

@@ -1,6 +1,7 @@
 /* First-contact probe for tc-bench: TSI under another name. tc-bench builds
  * it twice (FC_NAME=fca and fcb, with native object members too) so a target
- * keeping one identity loaded must load the other on every trial. */
+ * keeping one identity loaded must load the other on every trial; and twice
+ * more (fsa, fsb: bitcode only) for the stall mode's second client. */
 #include <tc/ifunc.h>
 
 #define FC_CAT_(a, b) a##b

@@ -21,7 +21,9 @@
  * code running on it (an ifunc may create and send messages, which is how
  * a pointer chase forwards itself). Different workers may be used from
  * different threads concurrently. Contexts may be shared; create and destroy
- * them from one thread.
+ * them from one thread. A worker that receives new code compiles it on a
+ * helper thread of its own (tc_worker_params_t::compile_thread); callbacks
+ * and ifunc code still run only on the worker's thread.
  */
 #ifndef TC_TC_H
 #define TC_TC_H
@@ -162,7 +164,8 @@ enum tc_worker_params_field {
     TC_WORKER_PARAM_FIELD_ACCEPT_CB   = TC_BIT(2),
     TC_WORKER_PARAM_FIELD_COALESCE    = TC_BIT(3),
     TC_WORKER_PARAM_FIELD_BOOTSTRAP   = TC_BIT(4),
-    TC_WORKER_PARAM_FIELD_MAILBOX     = TC_BIT(5)
+    TC_WORKER_PARAM_FIELD_MAILBOX     = TC_BIT(5),
+    TC_WORKER_PARAM_FIELD_COMPILE_THREAD = TC_BIT(6)
 };
 
 /* --- PMIx bootstrap (issue #20) */
@@ -219,6 +222,12 @@ typedef struct tc_worker_params {
      *  a bounded spin, then sleeps; senders then wake it. Zero: active
      *  messages only. See docs/transport.md, "Mailboxes". */
     int                  mailbox;
+    /** Non-zero (the default): code that arrives for an identity this
+     *  worker has not loaded is verified and compiled on a helper thread
+     *  of the worker; the endpoint's later messages wait for it, in order,
+     *  while other endpoints' messages run. Zero: it compiles inside
+     *  tc_worker_progress(), and every endpoint waits (for comparisons). */
+    int                  compile_thread;
 } tc_worker_params_t;
 
 /** A function linked into the target, run by tc_ep_send_local(). */

@@ -259,6 +259,8 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
   RuntimeOptions Opts = C->Opts;
   if (Mask & TC_WORKER_PARAM_FIELD_TARGET_ARGS)
     Opts.TargetArgs = P->target_args;
+  if (Mask & TC_WORKER_PARAM_FIELD_COMPILE_THREAD)
+    Opts.CompileOnProgressThread = P->compile_thread == 0;
   if (Mask & TC_WORKER_PARAM_FIELD_ERROR_CB) {
     W->ErrorCB = P->error_cb;
     W->ErrorArg = P->error_arg;

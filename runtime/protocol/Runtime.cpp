@@ -19,7 +19,15 @@
 #include "llvm/Support/Path.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <thread>
+
+#include <cerrno>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 using namespace llvm;
 
@@ -55,7 +63,88 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
                                    std::move(*J));
 }
 
+/// Asks the kernel to run the calling thread in short time slices (0.1 ms,
+/// the least it grants), keeping its policy, nice value and so its share of
+/// the CPU. Linux's EEVDF scheduler (6.12 and later: a custom slice for
+/// SCHED_OTHER) lets the task on a CPU run to the end of its slice before
+/// a task that wakes there; the compile's slice then bounds how long a
+/// progress thread waking on its CPU waits for it. Elsewhere, or where the
+/// call fails, nothing changes.
+static void preferShortSlices() {
+#if defined(__linux__) && defined(SYS_sched_setattr)
+  struct {
+    uint32_t Size, Policy;
+    uint64_t Flags;
+    int32_t Nice;
+    uint32_t Priority;
+    uint64_t Runtime, Deadline, Period;
+  } Attr{};
+  static_assert(sizeof Attr == 48, "struct sched_attr, version 0");
+  errno = 0;
+  int Nice = getpriority(PRIO_PROCESS, 0); // This thread's.
+  if (errno != 0 || sched_getscheduler(0) != SCHED_OTHER)
+    return;
+  Attr.Size = sizeof Attr;
+  Attr.Policy = SCHED_OTHER;
+  Attr.Nice = Nice;
+  Attr.Runtime = 100000; // ns
+  (void)syscall(SYS_sched_setattr, 0, &Attr, 0);
+#endif
+}
+
+/// The default executor of off-thread compiles: one thread, started at the
+/// first job, running jobs in order. One is enough: the codegen step of
+/// compiles on one JitEngine runs one at a time anyway.
+class Runtime::CompileThread {
+public:
+  ~CompileThread() {
+    {
+      std::lock_guard<std::mutex> L(Mutex);
+      Stop = true;
+      Jobs.clear(); // Not started: their results would go unused.
+    }
+    Wake.notify_one();
+    if (Thread.joinable())
+      Thread.join(); // A compile under way finishes first (ORC cannot stop).
+  }
+  void post(std::function<void()> Job) {
+    {
+      std::lock_guard<std::mutex> L(Mutex);
+      Jobs.push_back(std::move(Job));
+      if (!Thread.joinable())
+        Thread = std::thread([this] { run(); });
+    }
+    Wake.notify_one();
+  }
+
+private:
+  void run() {
+    preferShortSlices();
+    std::unique_lock<std::mutex> L(Mutex);
+    for (;;) {
+      Wake.wait(L, [&] { return Stop || !Jobs.empty(); });
+      if (Stop)
+        return;
+      std::function<void()> Job = std::move(Jobs.front());
+      Jobs.pop_front();
+      L.unlock();
+      Job();
+      L.lock();
+    }
+  }
+
+  std::mutex Mutex;
+  std::condition_variable Wake;
+  std::deque<std::function<void()>> Jobs;
+  bool Stop = false;
+  std::thread Thread;
+};
+
 Runtime::~Runtime() {
+  // A compile under way finishes before its thread is joined; its result,
+  // and every job not started, are dropped. The job signals the transport,
+  // so the transport goes after it.
+  Compiler.reset();
   // Tear the transport down first: its pending completions still refer to
   // buffers this object owns.
   T.reset();
@@ -511,7 +600,6 @@ void Runtime::touch(const ArchiveHash &H) {
 
 Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
                                                  WireStatus &Why) {
-  ++Counters.CodeFrames;
   if (const LoadedIfunc *L = Jit->find(F.Hash)) {
     // Identity already loaded (from another connection, preloaded, or
     // resent): the hash names it, so the archive need not be parsed again.
@@ -526,12 +614,13 @@ Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
   return L;
 }
 
-void Runtime::know(Conn &S, uint32_t Id, const LoadedIfunc &L) {
+Runtime::KnownCode &Runtime::know(Conn &S, uint32_t Id, const LoadedIfunc &L) {
   S.LastKnown = nullptr; // Known may grow and move its entries.
   KnownCode &K = S.Known[Id];
   if (K.Code != &L)
     K = KnownCode{L.Hash, &L, ArgsSlot()};
   S.Requested.erase(Id);
+  return K;
 }
 
 void *Runtime::lookUpTargetArgs(StringRef Name, ArgsSlot &Slot) {
@@ -555,66 +644,243 @@ Expected<const LoadedIfunc *> Runtime::preload(StringRef Bytes) {
 Expected<const LoadedIfunc *> Runtime::loadArchive(StringRef Bytes,
                                                    const ArchiveHash *Claimed,
                                                    WireStatus &Why) {
+  LoadOutcome O = loadCode(Bytes, Claimed);
+  return finishLoad(O, Bytes, Claimed != nullptr, Why);
+}
+
+Runtime::LoadOutcome Runtime::loadCode(StringRef Bytes,
+                                       const ArchiveHash *Claimed) const {
+  LoadOutcome O;
+  auto Fail = [&](WireStatus Why, Error E) {
+    O.Why = Why;
+    O.Error = toString(std::move(E));
+    return std::move(O);
+  };
   Expected<Archive> A = readArchive(MemoryBufferRef(Bytes, "frame"));
-  if (!A) {
-    Why = WireStatus::BadArchive;
-    return A.takeError();
-  }
-  if (Claimed)
-    event(formatv("code {0} {1}: {2} bytes, {3} member(s), {4} omitted",
-                  A->Name, toHex(A->Hash).substr(0, 16), Bytes.size(),
-                  A->Members.size(), A->Omitted.size()));
-  if (Claimed && A->Hash != *Claimed) {
-    Why = WireStatus::HashMismatch;
-    return createStringError("archive hashes to %s, frame says %s",
-                             toHex(A->Hash).c_str(), toHex(*Claimed).c_str());
-  }
-  if (const LoadedIfunc *L = Jit->find(A->Hash)) {
-    touch(A->Hash);
-    return L;
-  }
-  if (!Opts.AllowedHashes.empty() && !Opts.AllowedHashes.count(A->Hash)) {
-    Why = WireStatus::PolicyRefused;
-    return createStringError("ifunc '%s' (%s) is not in the allowed list",
-                             A->Name.c_str(), toHex(A->Hash).c_str());
-  }
+  if (!A)
+    return Fail(WireStatus::BadArchive, A.takeError());
+  O.Parsed = true;
+  O.Name = A->Name;
+  O.Hash = A->Hash;
+  O.Members = A->Members.size();
+  O.Omitted = A->Omitted.size();
+  if (Claimed && A->Hash != *Claimed)
+    return Fail(WireStatus::HashMismatch,
+                createStringError("archive hashes to %s, frame says %s",
+                                  toHex(A->Hash).c_str(),
+                                  toHex(*Claimed).c_str()));
+  if ((O.Code = Jit->find(A->Hash)))
+    return O;
+  // The policy (fixed at construction: this may run on the helper thread).
+  if (!Opts.AllowedHashes.empty() && !Opts.AllowedHashes.count(A->Hash))
+    return Fail(WireStatus::PolicyRefused,
+                createStringError("ifunc '%s' (%s) is not in the allowed list",
+                                  A->Name.c_str(), toHex(A->Hash).c_str()));
   // Signed archives (tc-serve --trust): the message names why.
   if (!Opts.TrustedKeys.empty())
-    if (Error E = checkSignatures(*A, Opts.TrustedKeys)) {
-      Why = WireStatus::PolicyRefused;
-      return createStringError("ifunc '%s' (%s): %s", A->Name.c_str(),
-                               toHex(A->Hash).c_str(),
-                               toString(std::move(E)).c_str());
-    }
+    if (Error E = checkSignatures(*A, Opts.TrustedKeys))
+      return Fail(WireStatus::PolicyRefused,
+                  createStringError("ifunc '%s' (%s): %s", A->Name.c_str(),
+                                    toHex(A->Hash).c_str(),
+                                    toString(std::move(E)).c_str()));
   Expected<const LoadedIfunc &> L = Jit->load(*A, Opts.Mode);
   if (!L) {
-    Why = WireStatus::JitFailed;
-    Error E = L.takeError();
+    WireStatus Why = WireStatus::JitFailed;
+    std::string Msg;
     handleAllErrors(
-        std::move(E),
+        L.takeError(),
         [&](const LoadError &LE) {
           Why = statusOf(LE.kind());
-          E = make_error<StringError>(LE.message(), inconvertibleErrorCode());
+          Msg = LE.message();
         },
-        [&](const ErrorInfoBase &EI) {
-          E = make_error<StringError>(EI.message(), inconvertibleErrorCode());
-        });
-    return std::move(E);
+        [&](const ErrorInfoBase &EI) { Msg = EI.message(); });
+    O.Why = Why;
+    O.Error = std::move(Msg);
+    return O;
   }
-  ++Counters.Compiles;
-  Counters.CompileMillis += L->LoadMillis;
-  Counters.DiskCacheHits += L->FromDiskCache;
-  event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4}), member {5} {6}",
-                A->Name, toHex(A->Hash).substr(0, 16), L->LoadMillis,
-                imageKindName(L->Kind),
-                L->FromDiskCache ? ", from the disk cache" : "",
-                L->MemberTriple,
-                L->MemberCPU.empty() ? "generic" : L->MemberCPU));
-  TargetArchives[A->Hash] = Bytes.str();
-  touch(A->Hash);
-  if (Opts.MaxLoaded && LRU.size() > Opts.MaxLoaded)
+  O.Code = &*L;
+  O.Fresh = true;
+  return O;
+}
+
+Expected<const LoadedIfunc *> Runtime::finishLoad(LoadOutcome &O,
+                                                  StringRef Bytes,
+                                                  bool Claimed,
+                                                  WireStatus &Why) {
+  if (Claimed && O.Parsed)
+    event(formatv("code {0} {1}: {2} bytes, {3} member(s), {4} omitted",
+                  O.Name, toHex(O.Hash).substr(0, 16), Bytes.size(), O.Members,
+                  O.Omitted));
+  if (!O.Code) {
+    Why = O.Why;
+    return createStringError(O.Error);
+  }
+  const LoadedIfunc &L = *O.Code;
+  if (O.Fresh) {
+    ++Counters.Compiles;
+    Counters.CompileMillis += L.LoadMillis;
+    Counters.DiskCacheHits += L.FromDiskCache;
+    event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4}), member {5} {6}",
+                  L.Name, toHex(L.Hash).substr(0, 16), L.LoadMillis,
+                  imageKindName(L.Kind),
+                  L.FromDiskCache ? ", from the disk cache" : "",
+                  L.MemberTriple,
+                  L.MemberCPU.empty() ? "generic" : L.MemberCPU));
+    TargetArchives[L.Hash] = Bytes.str();
+  }
+  touch(L.Hash);
+  if (O.Fresh && Opts.MaxLoaded && LRU.size() > Opts.MaxLoaded)
     evict(LRU.back());
-  return &*L;
+  return &L;
+}
+
+//===----------------------------------------------------------------------===//
+// Compiles off the progress thread
+//===----------------------------------------------------------------------===//
+
+Error Runtime::wait(int TimeoutMs) {
+  if (CompilesInFlight) {
+    std::lock_guard<std::mutex> L(FinishedMutex);
+    if (!Finished.empty())
+      return Error::success(); // progress() has results to take.
+  }
+  // A compile that finishes from now on signals the transport.
+  return T->wait(TimeoutMs);
+}
+
+void Runtime::compileFor(const ArchiveHash &Hash, CompileWaiter W) {
+  auto [It, New] = Compiling.try_emplace(Hash);
+  CompileJob &J = It->second;
+  for (const CompileWaiter &X : J.Waiters)
+    if (X.Conn == W.Conn && X.Type == W.Type && X.Seq == W.Seq)
+      return; // Handled again (its queue drained): it waits already.
+  if (!New) {
+    J.Waiters.push_back(std::move(W));
+    return;
+  }
+  J.Archive = W.Archive;
+  J.Waiters.push_back(std::move(W));
+  ++CompilesInFlight;
+  // The job owns what it reads (the archive); the Runtime outlives it (the
+  // destructor joins the helper thread).
+  std::function<void()> Job = [this, Hash, Bytes = J.Archive] {
+    LoadOutcome O = loadCode(*Bytes, &Hash);
+    {
+      std::lock_guard<std::mutex> L(FinishedMutex);
+      Finished.emplace_back(Hash, std::move(O));
+    }
+    T->signal();
+  };
+  if (Opts.CompileExecutor)
+    return Opts.CompileExecutor(std::move(Job));
+  if (!Compiler) {
+    Compiler = std::make_unique<CompileThread>();
+    // The helper inherits this thread's CPUs: with only one, they share it.
+    cpu_set_t Cpus;
+    NapWhileCompiling = sched_getaffinity(0, sizeof Cpus, &Cpus) == 0 &&
+                        CPU_COUNT(&Cpus) == 1;
+  }
+  Compiler->post(std::move(Job));
+}
+
+bool Runtime::finishCompiles(bool Busy) {
+  std::vector<std::pair<ArchiveHash, LoadOutcome>> Batch;
+  {
+    std::lock_guard<std::mutex> L(FinishedMutex);
+    Batch.swap(Finished);
+  }
+  // Nothing to do but wait for a compile that runs on this very CPU (the
+  // process may use only one): nap, so that it has the CPU. A loop that
+  // spins on progress would otherwise take half of it (and a yield would
+  // give it a whole time slice, 1.4 ms, while messages wait).
+  if (Batch.empty() && !Busy && NapWhileCompiling)
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  for (auto &[Hash, O] : Batch) {
+    --CompilesInFlight;
+    compiled(Hash, O);
+  }
+  return Busy || !Batch.empty();
+}
+
+void Runtime::compiled(const ArchiveHash &Hash, LoadOutcome &O) {
+  auto It = Compiling.find(Hash);
+  if (It == Compiling.end())
+    return; // Cannot happen: one result per job.
+  CompileJob J = std::move(It->second);
+  Compiling.erase(It);
+  if (O.Code && Jit->find(Hash) != O.Code) {
+    // Evicted (Runtime::evict) before this result was taken: the code is
+    // gone, so its waiters start again.
+    for (CompileWaiter &W : J.Waiters)
+      if (Conns.count(W.Conn))
+        compileFor(Hash, std::move(W));
+    return;
+  }
+  WireStatus Why = WireStatus::JitFailed;
+  Expected<const LoadedIfunc *> L =
+      finishLoad(O, *J.Archive, /*Claimed=*/true, Why);
+  if (!L) {
+    std::string Msg = toString(L.takeError());
+    for (CompileWaiter &W : J.Waiters) {
+      auto C = Conns.find(W.Conn);
+      if (C == Conns.end())
+        continue; // Disconnected meanwhile.
+      if (W.Archive != J.Archive) {
+        // Another copy of the identity: it may be one that loads.
+        compileFor(Hash, std::move(W));
+        continue;
+      }
+      if (W.Type == FrameType::Code) {
+        failCode(W.Conn, W.CodeId, Why, Msg);
+      } else {
+        // The Invoke at the front of its queue: drop it, with the reason.
+        std::deque<Pending> &Q = C->second.Queue;
+        if (!Q.empty()) {
+          Expected<Frame> F = decodeFrame(Q.front().Bytes);
+          if (!F) {
+            consumeError(F.takeError());
+          } else if (F->Type == FrameType::Invoke && F->Seq == W.Seq) {
+            sendError(W.Conn, *F, Why, Msg);
+            Q.pop_front();
+          }
+        }
+      }
+      drain(W.Conn);
+    }
+    return;
+  }
+  // Loaded: every waiter's code id names it; then their queues run. Drain
+  // only after binding all: a message that runs may evict the code, and
+  // eviction forgets the code ids it binds.
+  for (const CompileWaiter &W : J.Waiters) {
+    auto C = Conns.find(W.Conn);
+    if (C != Conns.end())
+      know(C->second, W.CodeId, **L);
+  }
+  for (const CompileWaiter &W : J.Waiters)
+    drain(W.Conn);
+}
+
+void Runtime::failCode(ConnId C, uint32_t CodeId, WireStatus Why,
+                       StringRef Msg) {
+  auto S = Conns.find(C);
+  if (S == Conns.end())
+    return;
+  // The queued invokes for this code id can never run: drop and report
+  // each, so the sender hears about every message.
+  auto &Q = S->second.Queue;
+  for (auto It = Q.begin(); It != Q.end();) {
+    Expected<Frame> QF = decodeFrame(It->Bytes);
+    if (QF && QF->Type == FrameType::Invoke && QF->CodeId == CodeId) {
+      sendError(C, *QF, Why, Msg);
+      It = Q.erase(It);
+    } else {
+      if (!QF)
+        consumeError(QF.takeError());
+      ++It;
+    }
+  }
+  S->second.Requested.erase(CodeId);
 }
 
 void Runtime::evictAll() {
@@ -793,17 +1059,32 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
   switch (F.Type) {
   case FrameType::Invoke: {
     if (F.Flags & FrameHasCode) {
-      ++Counters.Received;
-      WireStatus Why = WireStatus::JitFailed;
-      Expected<const LoadedIfunc *> Got = admitCode(C, F, Why);
-      if (!Got) {
-        sendError(C, F, Why, toString(Got.takeError()));
-        return true;
+      // Counted (Received, CodeFrames) when it arrived: it may come here
+      // again, after waiting for its compile.
+      const LoadedIfunc *L = Jit->find(F.Hash);
+      if (L) {
+        // Already loaded (here or for another connection): the hash names
+        // it, so the archive need not be parsed again.
+        touch(F.Hash);
+      } else if (!Opts.CompileOnProgressThread) {
+        compileFor(F.Hash,
+                   CompileWaiter{C, F.Type, F.Seq, F.CodeId,
+                                 std::make_shared<const std::string>(
+                                     F.Archive.str())});
+        return false;
+      } else {
+        WireStatus Why = WireStatus::JitFailed;
+        Expected<const LoadedIfunc *> Got =
+            loadArchive(F.Archive, &F.Hash, Why);
+        if (!Got) {
+          sendError(C, F, Why, toString(Got.takeError()));
+          return true;
+        }
+        L = *Got;
       }
-      S.LastKnown = nullptr; // Known may grow and move its entries.
-      KnownCode &K = S.Known[F.CodeId];
-      callMain(C, SmallInvoke{F.Type, F.Seq, F.CodeId}, *Got, nullptr,
-               (*Got)->Main, targetArgs((*Got)->Name, K.Args), F.Payload);
+      KnownCode &K = know(S, F.CodeId, *L); // Resets S.LastKnown.
+      callMain(C, SmallInvoke{F.Type, F.Seq, F.CodeId}, L, nullptr, L->Main,
+               targetArgs(L->Name, K.Args), F.Payload);
       return true;
     }
     if (runSmall(C, S, SmallInvoke{F.Type, F.Seq, F.CodeId}, F.Payload))
@@ -854,7 +1135,10 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
 
 void Runtime::drain(ConnId C) {
   auto It = Conns.find(C);
-  while (It != Conns.end() && !It->second.Queue.empty()) {
+  if (It == Conns.end() || It->second.Draining)
+    return; // A message of C runs (and re-entered): its drain goes on.
+  It->second.Draining = true;
+  while (!It->second.Queue.empty()) {
     // Handle a copy: the ifunc may re-enter and touch this queue.
     Pending P = std::move(It->second.Queue.front());
     Expected<Frame> F = decodeFrame(P.Bytes);
@@ -863,14 +1147,18 @@ void Runtime::drain(ConnId C) {
       It->second.Queue.pop_front();
       continue;
     }
-    if (!handle(C, It->second, *F)) {
-      It->second.Queue.front() = std::move(P);
-      return;
-    }
+    bool Done = handle(C, It->second, *F);
     It = Conns.find(C);
-    if (It != Conns.end() && !It->second.Queue.empty())
+    if (It == Conns.end())
+      return; // Closed while its message ran.
+    if (!Done) { // Waits for code; nothing ran.
+      It->second.Queue.front() = std::move(P);
+      break;
+    }
+    if (!It->second.Queue.empty())
       It->second.Queue.pop_front();
   }
+  It->second.Draining = false;
 }
 
 void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
@@ -923,6 +1211,10 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
   case FrameType::Fence:
   case FrameType::RegionRead:
     S.RecvSeq = F.Seq;
+    if (F.Type == FrameType::Invoke && (F.Flags & FrameHasCode)) {
+      ++Counters.Received;
+      ++Counters.CodeFrames;
+    }
     if (!S.Queue.empty() || !handle(C, S, F)) {
       // Queued frames are kept whole; a compact one with its sequence
       // number written out, since its place in the stream implied it.
@@ -933,26 +1225,21 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
     }
     return;
   case FrameType::Code: {
+    ++Counters.CodeFrames;
+    if (!Opts.CompileOnProgressThread && !Jit->find(F.Hash)) {
+      // The answer to our CodeRequest: the Invoke that asked waits at the
+      // front of the queue, and everything later behind it, until the
+      // compile is done; Requested keeps them from asking again.
+      S.Requested.insert(F.CodeId);
+      compileFor(F.Hash, CompileWaiter{C, F.Type, F.Seq, F.CodeId,
+                                       std::make_shared<const std::string>(
+                                           F.Archive.str())});
+      return;
+    }
     WireStatus Why = WireStatus::JitFailed;
     Expected<const LoadedIfunc *> L = admitCode(C, F, Why);
-    if (!L) {
-      std::string Msg = toString(L.takeError());
-      // The queued invokes for this code id can never run: drop and report
-      // each, so the sender hears about every message.
-      auto &Q = conn(C).Queue;
-      for (auto It = Q.begin(); It != Q.end();) {
-        Expected<Frame> QF = decodeFrame(It->Bytes);
-        if (QF && QF->Type == FrameType::Invoke && QF->CodeId == F.CodeId) {
-          sendError(C, *QF, Why, Msg);
-          It = Q.erase(It);
-        } else {
-          if (!QF)
-            consumeError(QF.takeError());
-          ++It;
-        }
-      }
-      conn(C).Requested.erase(F.CodeId);
-    }
+    if (!L)
+      failCode(C, F.CodeId, Why, toString(L.takeError()));
     drain(C);
     return;
   }
@@ -1046,6 +1333,12 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
     auto Outbox = std::move(It->second.Outbox);
     Conns.erase(It);
     LastConn = nullptr;
+    // Its frames that wait for compiles are gone with it: a result is not
+    // used for it (the compile itself finishes, for the other waiters and
+    // the cache).
+    for (auto &KV : Compiling)
+      llvm::erase_if(KV.second.Waiters,
+                     [C](const CompileWaiter &W) { return W.Conn == C; });
     for (Held &H : Outbox)
       H.Fail(createStringError("connection closed: " + Why));
     for (auto &KV : Fences)

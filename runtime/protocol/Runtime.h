@@ -18,9 +18,11 @@
 // or wait()); other threads must not call into it. Ifunc code runs on that
 // thread, from progress(), and may call back into the Runtime (send,
 // createMessage) to forward itself: that is how a pointer chase hops.
-// JIT compilation happens on that thread too, inside progress(): a first
-// contact stalls the connection's later frames for the JIT time and no
-// longer (docs/runtime.md explains the choice).
+// Code that arrives for an identity not loaded yet is verified, admitted
+// and compiled on a helper thread; its connection waits (its later frames
+// queue behind it, in order) while other connections' messages run. The
+// result comes back through a queue that progress() empties; the helper
+// wakes a wait() with Transport::signal() (docs/runtime.md, "Threads").
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,9 +38,11 @@
 #include "llvm/ADT/FunctionExtras.h"
 
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -120,6 +124,15 @@ struct RuntimeOptions {
   /// Limits of sandboxed code (Mode == LoadMode::Sandbox): fuel, stacks,
   /// and the memory it may touch besides its payload and locals.
   SandboxPolicy Sandbox;
+  /// Compile arriving code on the progress thread, inside progress(), as
+  /// before #21: every connection then waits for each compile. Off by
+  /// default (compiles run on a helper thread); for comparisons and tests.
+  bool CompileOnProgressThread = false;
+  /// Where off-thread compiles run. Unset: the Runtime's own helper thread
+  /// (started at the first compile). Called on the progress thread with a
+  /// job, which must run once, on any thread, before the Runtime is
+  /// destroyed. Tests use it to hold a compile while other messages run.
+  std::function<void(std::function<void()>)> CompileExecutor;
 };
 
 /// An error a target sent back about one of our messages.
@@ -257,8 +270,19 @@ public:
 
   //--- Progress --------------------------------------------------------===//
 
-  bool progress() { return T->progress(); }
-  llvm::Error wait(int TimeoutMs) { return T->wait(TimeoutMs); }
+  /// Runs the transport's callbacks, then whatever off-thread compiles
+  /// finished (the messages that waited for them). While a compile is in
+  /// flight on the one CPU this thread may use and nothing else happened,
+  /// it naps 50 us so the compile has the CPU.
+  bool progress() {
+    bool Did = T->progress();
+    if (LLVM_UNLIKELY(CompilesInFlight != 0))
+      Did = finishCompiles(Did);
+    return Did;
+  }
+  /// Blocks like Transport::wait(); returns at once when a compile has
+  /// finished and progress() has not taken its result yet.
+  llvm::Error wait(int TimeoutMs);
 
   /// Optional hooks for tools (tc-serve -v) and tests.
   void onAccept(llvm::unique_function<void(ConnId)> CB) {
@@ -282,6 +306,37 @@ private:
   struct Pending {
     std::string Bytes; ///< Header + body, owned; decoded again when run.
   };
+  /// A frame that waits for an off-thread compile: an Invoke with code at
+  /// the front of its connection's queue, or a Code frame (whose code id
+  /// its connection's queued Invokes wait for).
+  struct CompileWaiter {
+    ConnId Conn = 0;
+    FrameType Type = FrameType::Invoke;
+    uint32_t Seq = 0, CodeId = 0;
+    std::shared_ptr<const std::string> Archive; ///< As this frame carried it.
+  };
+  /// One identity being compiled off the progress thread, and every frame
+  /// (of any connection) that waits for it: one compile for all of them.
+  struct CompileJob {
+    /// The archive that compiles: a waiter whose Archive is this pointer
+    /// sent it. A failure is that copy's (a bad or unsigned copy, a member
+    /// missing from a thin one): the other waiters then try their own.
+    std::shared_ptr<const std::string> Archive;
+    std::vector<CompileWaiter> Waiters;
+  };
+  /// What loading one archive found: the progress thread's events and
+  /// bookkeeping need it (loadCode() may run on the helper thread).
+  struct LoadOutcome {
+    bool Parsed = false; ///< The archive read; Name etc. are set.
+    std::string Name;
+    ArchiveHash Hash{};
+    size_t Members = 0, Omitted = 0;
+    const LoadedIfunc *Code = nullptr; ///< Null: failed (Why, Error).
+    bool Fresh = false; ///< Loaded now, not found loaded already.
+    WireStatus Why = WireStatus::JitFailed;
+    std::string Error;
+  };
+  class CompileThread;
   /// target_args for one function name, looked up once per change of any
   /// target_args (not once per message).
   struct ArgsSlot {
@@ -344,6 +399,9 @@ private:
     uint32_t LastKnownId = 0;
     std::set<uint32_t> Requested;          ///< code ids asked for
     std::deque<Pending> Queue;             ///< frames waiting, in order
+    /// drain() is running a message of this connection (which may have
+    /// re-entered progress()): a nested drain() leaves the queue to it.
+    bool Draining = false;
   };
 
   /// The state of connection \p C (created on first use). The last one
@@ -389,15 +447,38 @@ private:
             llvm::StringRef Payload,
             llvm::unique_function<void(llvm::Error)> &&Done);
   void drain(ConnId C);
-  /// Verifies, admits and loads an archive; records the code id.
+  /// Verifies, admits and loads an archive on this thread; records the
+  /// code id (CompileOnProgressThread).
   llvm::Expected<const LoadedIfunc *> admitCode(ConnId C, const Frame &F,
                                                 WireStatus &Why);
   /// Parses, checks (\p Claimed hash if given, allow-list) and loads.
   llvm::Expected<const LoadedIfunc *>
   loadArchive(llvm::StringRef Bytes, const ArchiveHash *Claimed,
               WireStatus &Why);
+  /// loadArchive's work that touches no Runtime state (it reads only
+  /// options fixed at construction and the thread-safe JitEngine): the
+  /// helper thread runs it.
+  LoadOutcome loadCode(llvm::StringRef Bytes,
+                       const ArchiveHash *Claimed) const;
+  /// loadArchive's bookkeeping on the progress thread: events, counters,
+  /// the LRU and its bound. \p Claimed: the code came in a frame.
+  llvm::Expected<const LoadedIfunc *> finishLoad(LoadOutcome &O,
+                                                 llvm::StringRef Bytes,
+                                                 bool Claimed,
+                                                 WireStatus &Why);
+  /// Makes frame \p W wait for the off-thread compile of \p Hash: joins
+  /// the compile running for it, or starts one with W's archive.
+  void compileFor(const ArchiveHash &Hash, CompileWaiter W);
+  /// Takes the results of finished compiles and runs what waited; \p Busy:
+  /// the transport had work. Returns whether anything happened.
+  bool finishCompiles(bool Busy);
+  void compiled(const ArchiveHash &Hash, LoadOutcome &O);
+  /// Drops (reporting each) the queued Invokes of \p CodeId on \p C:
+  /// their code failed to load.
+  void failCode(ConnId C, uint32_t CodeId, WireStatus Why,
+                llvm::StringRef Msg);
   /// Records code id \p Id on \p S as naming loaded code \p L.
-  void know(Conn &S, uint32_t Id, const LoadedIfunc &L);
+  KnownCode &know(Conn &S, uint32_t Id, const LoadedIfunc &L);
   /// The target_args for \p Name, through \p Slot.
   void *targetArgs(llvm::StringRef Name, ArgsSlot &Slot) {
     if (LLVM_LIKELY(Slot.Generation == ArgsGeneration))
@@ -467,6 +548,17 @@ private:
   llvm::unique_function<void(ConnId)> AcceptCB;
   llvm::unique_function<void(ConnId, llvm::StringRef)> DisconnectCB;
   llvm::unique_function<void(llvm::StringRef)> EventCB;
+
+  // Off-thread compiles. Compiling and CompilesInFlight belong to the
+  // progress thread; Finished is filled by whichever thread compiled.
+  std::map<ArchiveHash, CompileJob> Compiling;
+  unsigned CompilesInFlight = 0; ///< Jobs started, results not taken yet.
+  /// The helper thread runs on the progress thread's only CPU: an idle
+  /// progress() naps while a compile is in flight (finishCompiles).
+  bool NapWhileCompiling = false;
+  std::mutex FinishedMutex;
+  std::vector<std::pair<ArchiveHash, LoadOutcome>> Finished;
+  std::unique_ptr<CompileThread> Compiler; ///< The default executor.
 };
 
 } // namespace tc

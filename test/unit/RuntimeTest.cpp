@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -22,12 +23,20 @@ using namespace tc::test;
 
 namespace {
 
+/// A second sender to a Pair's target: its own Runtime and connection.
+struct Sender {
+  std::unique_ptr<Runtime> R;
+  ConnId Conn = 0;
+  std::vector<RemoteError> Errors;
+};
+
 struct Pair {
   std::shared_ptr<LoopbackHub> Hub = createLoopbackHub();
   std::unique_ptr<Runtime> Source, Target;
   ConnId Conn = 0;
   uint64_t Counter = 0;
   std::vector<RemoteError> Errors;
+  std::vector<std::unique_ptr<Sender>> Others;
 
   explicit Pair(RuntimeOptions TargetOpts = {}, bool SayHello = true,
                 RuntimeOptions SourceOpts = {}) {
@@ -46,34 +55,73 @@ struct Pair {
     Source->onRemoteError([this](const RemoteError &E) { Errors.push_back(E); });
   }
 
-  /// Progresses both sides until \p Done or 10000 rounds.
-  bool runUntil(const std::function<bool()> &Done) {
-    for (int I = 0; I < 10000; ++I) {
-      if (Done())
-        return true;
-      Source->progress();
-      if (Target)
-        Target->progress();
-    }
-    return Done();
+  /// Connects another sender to the target (with Hello).
+  Sender &addSender() {
+    auto R = Runtime::create(createLoopbackTransport(Hub));
+    EXPECT_TRUE(!!R);
+    auto S = std::make_unique<Sender>();
+    S->R = std::move(*R);
+    auto C = S->R->connect("target", 1);
+    EXPECT_TRUE(!!C);
+    S->Conn = *C;
+    S->R->onRemoteError(
+        [E = &S->Errors](const RemoteError &X) { E->push_back(X); });
+    Others.push_back(std::move(S));
+    return *Others.back();
   }
 
-  std::shared_ptr<const Ifunc> reg(const std::string &Bytes) {
-    auto F = Source->registerArchive(Bytes);
+  /// Progresses every side once; true if any did something.
+  bool round() {
+    bool Did = Source && Source->progress();
+    for (auto &S : Others)
+      Did |= S->R && S->R->progress();
+    if (Target)
+      Did |= Target->progress();
+    return Did;
+  }
+
+  /// Progresses every side until \p Done or 20 s pass. When nothing
+  /// happens, it waits for the target: a compile on its helper thread
+  /// wakes it when it finishes.
+  bool runUntil(const std::function<bool()> &Done) {
+    auto End = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!Done()) {
+      if (std::chrono::steady_clock::now() > End)
+        return false;
+      if (!round() && Target)
+        llvm::consumeError(Target->wait(10));
+    }
+    return true;
+  }
+
+  /// Progresses every side until none has anything to do.
+  void settle() {
+    for (int I = 0; I < 1000 && round(); ++I) {
+    }
+  }
+
+  std::shared_ptr<const Ifunc> reg(const std::string &Bytes,
+                                   Runtime *On = nullptr) {
+    auto F = (On ? On : Source.get())->registerArchive(Bytes);
     EXPECT_TRUE(!!F) << (F ? "" : llvm::toString(F.takeError()));
     return F ? *F : nullptr;
   }
 
   void send(const std::shared_ptr<const Ifunc> &F, uint64_t Arg) {
-    auto M = Source->createMessage(F, &Arg, sizeof(Arg));
+    sendOn(*Source, Conn, F, Arg);
+  }
+  void sendOn(Runtime &R, ConnId C, const std::shared_ptr<const Ifunc> &F,
+              uint64_t Arg) {
+    auto M = R.createMessage(F, &Arg, sizeof(Arg));
     ASSERT_TRUE(!!M) << llvm::toString(M.takeError());
-    Source->send(Conn, *M);
+    R.send(C, *M);
   }
 
   /// Sends a fence and waits for its reply.
-  bool fence() {
+  bool fence() { return fenceOn(*Source, Conn); }
+  bool fenceOn(Runtime &R, ConnId C) {
     bool Done = false;
-    Source->fence(Conn, [&](llvm::Error E) {
+    R.fence(C, [&](llvm::Error E) {
       EXPECT_FALSE(!!E);
       llvm::consumeError(std::move(E));
       Done = true;
@@ -625,6 +673,419 @@ define i32 @neg_payload_init(ptr %a, i64 %n, ptr %p, ptr %s) {
   EXPECT_EQ(llvm::toString(M.takeError()),
             "ifunc 'neg': neg_payload_init wrote 99 bytes, more than the "
             "bound of 4");
+}
+
+//===----------------------------------------------------------------------===//
+// Compiles off the progress thread
+//===----------------------------------------------------------------------===//
+
+/// NAME_main multiplying *target_args by 10: with an adder, the result
+/// says in which order the two ran.
+static std::string timesTenIR(const std::string &Name) {
+  return "define void @" + Name + "_main(ptr %p, i64 %n, ptr %t) {\n"
+         "  %v = load i64, ptr %t\n  %d = mul i64 %v, 10\n"
+         "  store i64 %d, ptr %t\n  ret void\n}\n";
+}
+
+/// Target options whose compiles wait in \p Held until the test runs them.
+static RuntimeOptions
+holdingCompiles(std::vector<std::function<void()>> &Held) {
+  RuntimeOptions O;
+  O.CompileExecutor = [&Held](std::function<void()> Job) {
+    Held.push_back(std::move(Job));
+  };
+  return O;
+}
+
+/// Runs the held compiles (on this thread: the target takes their results
+/// in its next progress()).
+static void release(std::vector<std::function<void()>> &Held) {
+  std::vector<std::function<void()>> Jobs = std::move(Held);
+  Held.clear();
+  for (auto &J : Jobs)
+    J();
+}
+
+TEST(Runtime, OtherConnectionsRunWhileACompileIsPending) {
+  std::vector<std::function<void()>> Held;
+  Pair P(holdingCompiles(Held));
+  Sender &Other = P.addSender();
+  auto Slow = P.reg(ifuncArchive("slow", adderIR("slow", 1000)));
+  auto Fast = P.reg(ifuncArchive("fast", adderIR("fast", 1)), Other.R.get());
+  P.sendOn(*Other.R, Other.Conn, Fast, 0);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  release(Held);
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+  EXPECT_EQ(P.Counter, 1u);
+
+  // The first connection's new code compiles; meanwhile the other
+  // connection's cached messages run, and its fence is answered.
+  P.send(Slow, 0);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  for (int I = 0; I < 3; ++I)
+    P.sendOn(*Other.R, Other.Conn, Fast, 0);
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+  EXPECT_EQ(P.Counter, 4u);
+  EXPECT_EQ(Held.size(), 1u);
+  release(Held);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 1004u);
+  EXPECT_EQ(P.Target->counters().Compiles, 2u);
+  EXPECT_TRUE(P.Errors.empty());
+  EXPECT_TRUE(Other.Errors.empty());
+}
+
+TEST(Runtime, MessagesBehindACompileOnItsConnectionWaitInOrder) {
+  std::vector<std::function<void()>> Held;
+  Pair P(holdingCompiles(Held));
+  P.Target->setRegion(&P.Counter, sizeof P.Counter);
+  auto Add = P.reg(ifuncArchive("add", adderIR("add", 1)));
+  auto Mul = P.reg(ifuncArchive("mul", timesTenIR("mul")));
+  P.send(Add, 0);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  release(Held);
+  ASSERT_TRUE(P.fence());
+  ASSERT_EQ(P.Counter, 1u);
+
+  // mul's first contact waits for its compile; the cached add, the region
+  // read and the fence behind it on this connection wait with it.
+  P.send(Mul, 0);
+  P.send(Add, 0);
+  std::string Read;
+  P.Source->readRegion(P.Conn, 8, [&](llvm::Expected<std::string> D) {
+    Read = D ? *D : llvm::toString(D.takeError());
+  });
+  bool Fenced = false;
+  P.Source->fence(P.Conn, [&](llvm::Error E) {
+    llvm::consumeError(std::move(E));
+    Fenced = true;
+  });
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  P.settle();
+  EXPECT_EQ(P.Counter, 1u);
+  EXPECT_TRUE(Read.empty());
+  EXPECT_FALSE(Fenced);
+  release(Held);
+  ASSERT_TRUE(P.runUntil([&] { return Fenced; }));
+  EXPECT_EQ(P.Counter, 11u); // (1 * 10) + 1: mul ran first.
+  uint64_t Seen = 0;
+  ASSERT_EQ(Read.size(), sizeof Seen);
+  std::memcpy(&Seen, Read.data(), sizeof Seen);
+  EXPECT_EQ(Seen, 11u);
+}
+
+TEST(Runtime, TwoFirstContactsOfOneIdentityCompileOnce) {
+  std::vector<std::function<void()>> Held;
+  Pair P(holdingCompiles(Held));
+  Sender &Other = P.addSender();
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  auto F1 = P.reg(Bytes);
+  auto F2 = P.reg(Bytes, Other.R.get());
+  P.send(F1, 2);
+  P.sendOn(*Other.R, Other.Conn, F2, 3);
+  ASSERT_TRUE(
+      P.runUntil([&] { return P.Target->counters().CodeFrames == 2; }));
+  P.settle();
+  EXPECT_EQ(Held.size(), 1u);
+  EXPECT_EQ(P.Counter, 0u);
+  release(Held);
+  ASSERT_TRUE(P.fence());
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+  EXPECT_EQ(P.Counter, 5u);
+  EXPECT_EQ(P.Target->counters().Compiles, 1u);
+  EXPECT_TRUE(Held.empty());
+}
+
+TEST(Runtime, ADisconnectDuringACompileLeavesTheOthersServed) {
+  std::vector<std::function<void()>> Held;
+  Pair P(holdingCompiles(Held));
+  Sender &Other = P.addSender();
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  auto F1 = P.reg(Bytes);
+  auto F2 = P.reg(Bytes, Other.R.get());
+  std::vector<ConnId> Closed;
+  P.Target->onDisconnect(
+      [&](ConnId C, llvm::StringRef) { Closed.push_back(C); });
+  // Both connections wait for one compile; the first goes away.
+  P.send(F1, 100);
+  P.sendOn(*Other.R, Other.Conn, F2, 1);
+  ASSERT_TRUE(
+      P.runUntil([&] { return P.Target->counters().CodeFrames == 2; }));
+  F1.reset();
+  P.Source.reset();
+  ASSERT_TRUE(P.runUntil([&] { return Closed.size() == 1; }));
+  release(Held);
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+  EXPECT_EQ(P.Counter, 1u); // Only the living connection's message ran.
+  EXPECT_EQ(P.Target->counters().Compiles, 1u);
+
+  // The only waiter goes away: the result still fills the cache.
+  Sender &Third = P.addSender();
+  auto Mul = P.reg(ifuncArchive("mul", timesTenIR("mul")), Third.R.get());
+  P.sendOn(*Third.R, Third.Conn, Mul, 0);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  Mul.reset();
+  Third.R.reset();
+  ASSERT_TRUE(P.runUntil([&] { return Closed.size() == 2; }));
+  release(Held);
+  P.settle();
+  EXPECT_EQ(P.Counter, 1u);
+  EXPECT_EQ(P.Target->counters().Compiles, 2u);
+  EXPECT_EQ(P.Target->jit().size(), 2u);
+  P.sendOn(*Other.R, Other.Conn, F2, 1);
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+  EXPECT_EQ(P.Counter, 2u);
+}
+
+TEST(Runtime, AFailedOffThreadCompileIsReportedAndOthersRunMeanwhile) {
+  std::vector<std::function<void()>> Held;
+  Pair P(holdingCompiles(Held));
+  Sender &Other = P.addSender();
+  auto Bad = P.reg(ifuncArchive("bad", R"(
+declare void @tc_nowhere_to_be_found()
+define void @bad_main(ptr %p, i64 %n, ptr %t) {
+  call void @tc_nowhere_to_be_found()
+  ret void
+})"));
+  auto Good = P.reg(ifuncArchive("add", adderIR("add")));
+  auto Fast = P.reg(ifuncArchive("fast", adderIR("fast", 1)), Other.R.get());
+  P.sendOn(*Other.R, Other.Conn, Fast, 0);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  release(Held);
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+
+  P.send(Bad, 0);
+  P.send(Good, 10);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  P.sendOn(*Other.R, Other.Conn, Fast, 0);
+  ASSERT_TRUE(P.fenceOn(*Other.R, Other.Conn));
+  EXPECT_EQ(P.Counter, 2u);
+  release(Held); // bad fails; add's compile starts behind it.
+  ASSERT_TRUE(
+      P.runUntil([&] { return Held.size() == 1 && !P.Errors.empty(); }));
+  ASSERT_EQ(P.Errors.size(), 1u);
+  EXPECT_EQ(P.Errors[0].Status, WireStatus::MissingSymbol);
+  EXPECT_EQ(P.Errors[0].Seq, 1u);
+  EXPECT_NE(P.Errors[0].Message.find("symbol 'tc_nowhere_to_be_found'"),
+            std::string::npos);
+  release(Held);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 12u);
+  EXPECT_EQ(P.Target->counters().Errors.at(WireStatus::MissingSymbol), 1u);
+}
+
+/// A connection to a Pair's target on which the test writes frames itself.
+struct RawSender : TransportHandler {
+  std::unique_ptr<Transport> T;
+  ConnId Conn = 0;
+  std::vector<Frame> Got;
+  std::vector<std::string> Bodies; ///< Keeps what Got's frames refer to.
+
+  explicit RawSender(Pair &P) : T(createLoopbackTransport(P.Hub)) {
+    T->setHandler(this);
+    auto C = T->connect("target", 1);
+    EXPECT_TRUE(!!C);
+    Conn = *C;
+  }
+  void onFrame(ConnId, llvm::StringRef Header, llvm::StringRef Body) override {
+    Bodies.push_back(Header.str() + Body.str());
+    auto F = decodeFrame(Bodies.back());
+    if (F)
+      Got.push_back(*F);
+    else
+      llvm::consumeError(F.takeError());
+  }
+  void onDisconnect(ConnId, llvm::StringRef) override {}
+  void send(const Frame &F, llvm::StringRef Body) {
+    std::string Header;
+    encodeFrameHeader(F, Header);
+    T->send(Conn, Header, Body, nullptr);
+  }
+  const Frame *find(FrameType Type) const {
+    for (const Frame &F : Got)
+      if (F.Type == Type)
+        return &F;
+    return nullptr;
+  }
+};
+
+TEST(Runtime, ACodeFrameThatFailsOffThreadDropsWhatWaitedForIt) {
+  Pair P;
+  RawSender Raw(P);
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  auto A = readArchive(llvm::MemoryBufferRef(Bytes, "a"));
+  ASSERT_TRUE(!!A);
+  // Two Invokes of a code id the target never got: it asks for the code.
+  Frame I;
+  I.Type = FrameType::Invoke;
+  I.CodeId = 7;
+  uint64_t One = 1;
+  I.Payload = llvm::StringRef(reinterpret_cast<const char *>(&One), 8);
+  for (uint32_t Seq : {1u, 2u}) {
+    I.Seq = Seq;
+    Raw.send(I, I.Payload);
+  }
+  auto Pump = [&](const std::function<bool()> &Done) {
+    return P.runUntil([&] {
+      Raw.T->progress();
+      return Done();
+    });
+  };
+  ASSERT_TRUE(Pump([&] { return Raw.find(FrameType::CodeRequest); }));
+  EXPECT_EQ(Raw.find(FrameType::CodeRequest)->CodeId, 7u);
+  // The answer names another hash than the archive's: HashMismatch for
+  // both waiting messages, found on the helper thread.
+  Frame C;
+  C.Type = FrameType::Code;
+  C.CodeId = 7;
+  C.Hash = A->Hash;
+  C.Hash[0] ^= 1;
+  std::string Shipped = P.reg(Bytes)->Bytes;
+  C.Archive = Shipped;
+  Raw.send(C, C.Archive);
+  ASSERT_TRUE(Pump([&] {
+    return P.Target->counters().Errors.count(WireStatus::HashMismatch) &&
+           P.Target->counters().Errors.at(WireStatus::HashMismatch) == 2;
+  }));
+  ASSERT_TRUE(Pump([&] {
+    size_t N = 0;
+    for (const Frame &F : Raw.Got)
+      N += F.Type == FrameType::Error;
+    return N == 2;
+  }));
+  EXPECT_EQ(P.Counter, 0u);
+  // The target serves on: the right hash this time.
+  I.Seq = 3;
+  Raw.send(I, I.Payload);
+  ASSERT_TRUE(Pump([&] { return P.Target->counters().CodeRequests == 2; }));
+  C.Hash = A->Hash;
+  Raw.send(C, C.Archive);
+  ASSERT_TRUE(Pump([&] { return P.Counter == 1; }));
+  EXPECT_EQ(P.Target->counters().Compiles, 1u);
+}
+
+TEST(Runtime, ABadCopyOfAnIdentityDoesNotFailAGoodOneWaitingWithIt) {
+  std::vector<std::function<void()>> Held;
+  Pair P(holdingCompiles(Held));
+  RawSender Raw(P);
+  std::string Bytes = ifuncArchive("add", adderIR("add"));
+  auto F = P.reg(Bytes);
+  // The raw sender claims the identity with bytes that are no archive;
+  // then the real sender ships it. One compile starts, with the bad copy.
+  Frame I;
+  I.Type = FrameType::Invoke;
+  I.Seq = 1;
+  I.CodeId = 1;
+  I.Flags = FrameHasCode;
+  I.Hash = F->Hash;
+  I.Archive = "not an archive";
+  Raw.send(I, I.Archive);
+  ASSERT_TRUE(P.runUntil([&] { return Held.size() == 1; }));
+  P.send(F, 5);
+  ASSERT_TRUE(
+      P.runUntil([&] { return P.Target->counters().CodeFrames == 2; }));
+  P.settle();
+  ASSERT_EQ(Held.size(), 1u);
+  release(Held); // The bad copy fails; the good one compiles next.
+  ASSERT_TRUE(P.runUntil([&] {
+    Raw.T->progress();
+    return Raw.find(FrameType::Error) && Held.size() == 1;
+  }));
+  EXPECT_EQ(Raw.find(FrameType::Error)->Status, WireStatus::BadArchive);
+  release(Held);
+  ASSERT_TRUE(P.fence());
+  EXPECT_EQ(P.Counter, 5u);
+  EXPECT_TRUE(P.Errors.empty());
+}
+
+TEST(Runtime, DestroyingATargetWhileItCompilesJoinsTheCompile) {
+  Pair P;
+  auto F = P.reg(ifuncArchive("add", adderIR("add")));
+  P.send(F, 1);
+  std::string Err;
+  P.Source->fence(P.Conn, [&](llvm::Error E) {
+    Err = E ? llvm::toString(std::move(E)) : "<no error>";
+  });
+  // The frame is in: its compile is on the helper thread (or about to be),
+  // and the fence waits behind it.
+  ASSERT_TRUE(
+      P.runUntil([&] { return P.Target->counters().CodeFrames == 1; }));
+  P.Target.reset();
+  ASSERT_TRUE(P.runUntil([&] { return !Err.empty(); }));
+  EXPECT_EQ(Err, "connection closed: peer closed the connection");
+  EXPECT_EQ(P.Counter, 0u);
+}
+
+TEST(Runtime, SeveralSendersChurnCodeThroughTheHelperThread) {
+  // Three senders, three identities each, on a target that keeps two
+  // loaded: first contacts, evictions, CodeRequests answered by Code frames
+  // compiling on the helper thread, while cached messages run.
+  RuntimeOptions O;
+  O.MaxLoaded = 2;
+  Pair P(O);
+  std::vector<Sender *> All;
+  for (int I = 0; I < 3; ++I)
+    All.push_back(&P.addSender());
+  std::vector<std::vector<std::shared_ptr<const Ifunc>>> Fs(All.size());
+  for (size_t S = 0; S < All.size(); ++S)
+    for (int K : {1, 10, 100}) {
+      std::string Name = "f" + std::to_string(K);
+      Fs[S].push_back(
+          P.reg(ifuncArchive(Name, adderIR(Name, K)), All[S]->R.get()));
+    }
+  uint64_t Want = 0;
+  for (int Round = 0; Round < 4; ++Round)
+    for (size_t S = 0; S < All.size(); ++S)
+      for (size_t K = 0; K < 3; ++K) {
+        size_t Pick = (K + S + Round) % 3;
+        P.sendOn(*All[S]->R, All[S]->Conn, Fs[S][Pick], 0);
+        Want += Pick == 0 ? 1 : Pick == 1 ? 10 : 100;
+      }
+  for (Sender *S : All)
+    ASSERT_TRUE(P.fenceOn(*S->R, S->Conn));
+  EXPECT_EQ(P.Counter, Want);
+  EXPECT_LE(P.Target->jit().size(), 2u);
+  for (Sender *S : All)
+    EXPECT_TRUE(S->Errors.empty());
+  EXPECT_TRUE(P.Target->counters().Errors.empty());
+}
+
+TEST(Runtime, CompilesOnTheProgressThreadWhenAsked) {
+  for (bool OnProgressThread : {false, true}) {
+    RuntimeOptions O;
+    O.CompileOnProgressThread = OnProgressThread;
+    O.MaxLoaded = 1;
+    Pair P(O);
+    std::vector<std::string> Events;
+    P.Target->onEvent([&](llvm::StringRef E) { Events.push_back(E.str()); });
+    auto A = P.reg(ifuncArchive("a", adderIR("a", 1)));
+    auto B = P.reg(ifuncArchive("b", adderIR("b", 100)));
+    P.send(A, 0);
+    if (OnProgressThread) {
+      // Compiled inside that progress() call.
+      P.settle();
+      EXPECT_EQ(P.Counter, 1u);
+    }
+    P.send(B, 0);
+    P.send(A, 0); // Evicted by B: asked for again (a Code frame).
+    ASSERT_TRUE(P.fence());
+    EXPECT_EQ(P.Counter, 102u);
+    const RuntimeCounters &C = P.Target->counters();
+    EXPECT_EQ(C.Compiles, 3u);
+    EXPECT_EQ(C.CodeFrames, 3u);
+    EXPECT_EQ(C.Received, 3u);
+    EXPECT_EQ(C.CodeRequests, 1u);
+    EXPECT_EQ(C.Evictions, 2u);
+    // Each load says what came, then what it loaded.
+    std::vector<std::string> Loads;
+    for (const std::string &E : Events)
+      for (const char *What : {"code a ", "code b ", "loaded a ", "loaded b "})
+        if (llvm::StringRef(E).starts_with(What))
+          Loads.push_back(E.substr(0, std::strlen(What) - 1));
+    EXPECT_EQ(Loads, (std::vector<std::string>{"code a", "loaded a", "code b",
+                                               "loaded b", "code a",
+                                               "loaded a"}));
+  }
 }
 
 } // namespace
