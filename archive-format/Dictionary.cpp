@@ -28,6 +28,14 @@ static const unsigned char DictionaryBytes[] = {
 #include "Dictionary.inc"
 };
 
+/// The bitcode files DictionaryBytes concatenates: architecture, size.
+static const struct {
+  const char *Arch;
+  size_t Size;
+} DictionaryParts[] = {
+#include "DictionaryParts.inc"
+};
+
 /// zstd's level for dictionary compression: the members are a few KiB, so
 /// the strongest level costs well under a millisecond.
 static constexpr int DictLevel = 19;
@@ -57,6 +65,17 @@ static const BuiltinDictionary &builtin() {
 StringRef builtinDictionaryId() { return builtin().Id; }
 
 size_t builtinDictionarySize() { return builtin().Bytes.size(); }
+
+std::vector<DictionaryModule> builtinDictionaryModules() {
+  std::vector<DictionaryModule> Out;
+  StringRef Rest = builtin().Bytes;
+  for (const auto &P : DictionaryParts) {
+    Out.push_back({P.Arch, Rest.take_front(P.Size)});
+    Rest = Rest.drop_front(P.Size);
+  }
+  assert(Rest.empty() && "the parts add up to the dictionary");
+  return Out;
+}
 
 std::vector<std::string> dictionaryIds() { return {builtin().Id}; }
 

@@ -186,6 +186,17 @@ llvm::StringRef builtinDictionaryId();
 /// The dictionary's size in bytes.
 size_t builtinDictionarySize();
 
+/// One of the bitcode files the dictionary concatenates: tc-cc's prepared
+/// target module of a small ifunc (`tc_dict`, archive-format/dict/) for one
+/// architecture. JitEngine compiles one to warm up before its first message.
+struct DictionaryModule {
+  llvm::StringRef Arch;    ///< "x86_64", "aarch64" (the triple's arch).
+  llvm::StringRef Bitcode; ///< A complete bitcode file.
+};
+
+/// The dictionary's bitcode files, in the order they are concatenated.
+std::vector<DictionaryModule> builtinDictionaryModules();
+
 /// Every dictionary id this build can read (what a target announces in a
 /// capability exchange).
 std::vector<std::string> dictionaryIds();

@@ -198,7 +198,60 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
   if (!J)
     return J.takeError();
   E->J = std::move(*J);
+  if (Opts.Prewarm)
+    if (Error Err = E->prewarm(*Opts.Prewarm))
+      return std::move(Err);
   return std::move(E);
+}
+
+/// The first compile in a fresh process costs several times a later one:
+/// libLLVM's code and tables fault in page by page, and LLVM sets things up
+/// once (the subtarget for this CPU and features, the target's lowering
+/// tables, the zstd dictionary's digest, ...). Prewarming pays that here,
+/// at start, by taking a first contact's whole path with a real tc-cc
+/// module: the dictionary's bitcode for this architecture (a small ifunc,
+/// `tc_dict`) is written as a one-member archive, read back (decompression
+/// with the dictionary, digests, hash), selected, checked, parsed,
+/// compiled, linked and looked up in a JITDylib of its own, and unloaded.
+/// Nothing of it stays but what LLVM keeps per process anyway: no code, no
+/// disk-cache file (it neither reads nor fills the cache), no counter.
+Error JitEngine::prewarm(LoadMode Mode) {
+  auto Start = std::chrono::steady_clock::now();
+  auto Fail = [](Error E) {
+    return createStringError("prewarming the JIT: %s",
+                             toString(std::move(E)).c_str());
+  };
+  std::vector<DictionaryModule> Mods = builtinDictionaryModules();
+  StringRef Arch = llvm::Triple(Triple).getArchName();
+  const DictionaryModule *Pick = &Mods.front();
+  for (const DictionaryModule &D : Mods)
+    if (D.Arch == Arch)
+      Pick = &D;
+  Archive A;
+  A.Name = "tc_dict";
+  Member M;
+  M.Triple = llvm::Triple::normalize(Triple);
+  M.Image = Pick->Bitcode.str();
+  M.Compress = Compression::ZstdDict;
+  A.Members.push_back(std::move(M));
+  Expected<SmallString<0>> Bytes = writeArchive(A);
+  if (!Bytes)
+    return Fail(Bytes.takeError());
+  Expected<Archive> Read = readArchive(MemoryBufferRef(*Bytes, "prewarm"));
+  if (!Read)
+    return Fail(Read.takeError());
+  Prewarming = true;
+  Expected<const LoadedIfunc &> L = load(
+      *Read, Mode == LoadMode::Sandbox ? LoadMode::Sandbox : LoadMode::Bitcode);
+  Prewarming = false;
+  if (!L)
+    return Fail(L.takeError());
+  if (Error E = unload(Read->Hash))
+    return Fail(std::move(E));
+  PrewarmMillis = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - Start)
+                      .count();
+  return Error::success();
 }
 
 JitEngine::~JitEngine() {
@@ -353,7 +406,13 @@ std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(StringRef Key) {
 
 void DiskObjectCache::notifyObjectCompiled(const Module *M,
                                            MemoryBufferRef Obj) {
-  std::string Final = pathFor(M->getModuleIdentifier());
+  // JitEngine::compile() names every module it wants cached by its key (64
+  // lowercase hex digits); others (the prewarm module) are not kept.
+  StringRef Key = M->getModuleIdentifier();
+  if (Key.size() != 64 ||
+      Key.find_first_not_of("0123456789abcdef") != StringRef::npos)
+    return;
+  std::string Final = pathFor(Key);
   SmallString<256> Tmp;
   int FD;
   if (sys::fs::createUniqueFile(Final + ".tmp-%%%%%%%%", FD, Tmp))
@@ -388,7 +447,7 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
   // cache (notifyObjectCompiled, under the same key).
   std::string Key;
   std::unique_ptr<MemoryBuffer> Cached;
-  if (Cache && M.Kind == ImageKind::Bitcode) {
+  if (Cache && M.Kind == ImageKind::Bitcode && !Prewarming) {
     Key = cacheKey(A, M, Sandbox);
     Cached = static_cast<DiskObjectCache &>(*Cache).getObject(Key);
   }
@@ -422,7 +481,7 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
                     toHex(A.Hash).substr(0, 16),
                     toString(std::move(E)))
                 .str());
-    if (Cache)
+    if (!Key.empty())
       (*Mod)->setModuleIdentifier(Key);
     if (Error E = J->addIRModule(
             JD, ThreadSafeModule(std::move(*Mod), std::move(Ctx))))

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -101,6 +102,13 @@ struct JitOptions {
   std::string CacheDir;
   /// What sandboxed code may call (LoadMode::Sandbox).
   SandboxOptions Sandbox;
+  /// Set: create() takes the path of a first contact once, with a built-in
+  /// ifunc it then unloads, so that the first real load finds libLLVM's
+  /// code paged in and LLVM's one-time set-up done. The value is the mode
+  /// loads will use: Sandbox instruments the built-in module as those loads
+  /// would; every other mode compiles it from bitcode (which also warms the
+  /// link that Object loads take).
+  std::optional<LoadMode> Prewarm;
 };
 
 class JitEngine {
@@ -130,9 +138,13 @@ public:
   const std::string &cpu() const { return CPU; }
   /// The target features code is generated with (+a,-b,...).
   const std::string &features() const { return HostFeatures; }
+  /// How long create() spent prewarming (JitOptions::Prewarm); empty when
+  /// it did not.
+  std::optional<double> prewarmMillis() const { return PrewarmMillis; }
 
 private:
   JitEngine() = default;
+  llvm::Error prewarm(LoadMode Mode);
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
                                       llvm::orc::JITDylib &JD, bool Sandbox);
   using Key = std::pair<ArchiveHash, Role>;
@@ -145,6 +157,10 @@ private:
   std::unique_ptr<llvm::orc::LLJIT> J;
   std::string Triple, CPU;
   JitOptions Opts;
+  std::optional<double> PrewarmMillis;
+  /// Set only while create() prewarms, before anyone else has the engine:
+  /// the built-in ifunc neither reads nor fills the disk cache.
+  bool Prewarming = false;
   mutable std::mutex Mutex;
   struct Entry {
     LoadedIfunc Info;

@@ -338,6 +338,20 @@ TEST(ArchiveDictionary, IdIsSixteenHexDigitsAndListed) {
   EXPECT_FALSE(haveDictionary("0123456789abcdef"));
 }
 
+TEST(ArchiveDictionary, ModulesAreTheDictionarysBitcodeFilesInOrder) {
+  std::vector<DictionaryModule> Mods = builtinDictionaryModules();
+  ASSERT_EQ(Mods.size(), 2u);
+  EXPECT_EQ(Mods[0].Arch, "x86_64");
+  EXPECT_EQ(Mods[1].Arch, "aarch64");
+  size_t Total = 0;
+  for (const DictionaryModule &M : Mods) {
+    EXPECT_TRUE(M.Bitcode.starts_with("BC\xC0\xDE")) << M.Arch.str();
+    Total += M.Bitcode.size();
+  }
+  EXPECT_EQ(Total, builtinDictionarySize());
+  EXPECT_EQ(Mods[1].Bitcode.data(), Mods[0].Bitcode.end());
+}
+
 TEST(ArchiveDictionary, RoundTripRecordsTheIdAndKeepsTheHash) {
   Archive A;
   A.Name = "d";

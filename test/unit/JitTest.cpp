@@ -287,6 +287,15 @@ TEST(Jit, DepOutsideAllowedDirectoriesIsRefused) {
             std::string::npos);
 }
 
+std::vector<std::string> filesIn(llvm::StringRef Dir) {
+  std::error_code EC;
+  std::vector<std::string> Files;
+  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
+       It.increment(EC))
+    Files.push_back(It->path());
+  return Files;
+}
+
 TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
   llvm::SmallString<128> Dir;
   ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("tc-jit-cache", Dir));
@@ -300,11 +309,7 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     EXPECT_FALSE(L->FromDiskCache);
   }
-  std::error_code EC;
-  std::vector<std::string> Files;
-  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
-       It.increment(EC))
-    Files.push_back(It->path());
+  std::vector<std::string> Files = filesIn(Dir);
   ASSERT_EQ(Files.size(), 1u); // One object, no temporary left behind.
   {
     auto E = JitEngine::create(O); // As a restarted process would.
@@ -352,6 +357,46 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     EXPECT_EQ(C, 2u);
   }
   llvm::sys::fs::remove_directories(Dir);
+}
+
+TEST(Jit, PrewarmTakesTheLoadPathAndLeavesNothingBehind) {
+  {
+    auto E = engine();
+    ASSERT_TRUE(E);
+    EXPECT_FALSE(E->prewarmMillis()); // Only when asked.
+  }
+  for (LoadMode Mode : {LoadMode::Auto, LoadMode::Bitcode, LoadMode::Object,
+                        LoadMode::Sandbox}) {
+    SCOPED_TRACE(int(Mode));
+    llvm::SmallString<128> Dir;
+    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("tc-jit-prewarm", Dir));
+    JitOptions O;
+    O.CacheDir = std::string(Dir);
+    O.Prewarm = Mode;
+    auto E = JitEngine::create(O);
+    ASSERT_TRUE(!!E) << llvm::toString(E.takeError());
+    ASSERT_TRUE((*E)->prewarmMillis());
+    EXPECT_GT(*(*E)->prewarmMillis(), 0.0);
+    // No code stays loaded, and the disk cache got nothing.
+    EXPECT_EQ((*E)->size(), 0u);
+    EXPECT_TRUE(filesIn(Dir).empty());
+    // Loads are as without it.
+    if (Mode != LoadMode::Object) {
+      Archive A = makeArchive("tsi", TsiIR);
+      auto L = (*E)->load(A, Mode);
+      ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+      EXPECT_EQ(L->Sandboxed, Mode == LoadMode::Sandbox);
+      if (Mode != LoadMode::Sandbox) { // Sandboxed code runs in runSandboxed.
+        size_t C = 1;
+        L->Main(nullptr, 0, &C);
+        EXPECT_EQ(C, 2u);
+      }
+      EXPECT_EQ((*E)->size(), 1u);
+      EXPECT_EQ(filesIn(Dir).size(), 1u);
+    }
+    E->reset();
+    llvm::sys::fs::remove_directories(Dir);
+  }
 }
 
 TEST(Jit, NoMemberForThisHostListsWhatThereIs) {
