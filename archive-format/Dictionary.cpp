@@ -121,7 +121,8 @@ Error decompressWithDictionary(StringRef Id, StringRef Stored,
   if (!C)
     return createStringError(Where + ": cannot create a zstd context");
   Image.resize(Size);
-  // One shot into exactly tc.size bytes: a frame that claims more, or a
+  // One shot into exactly the size stated (tc.size in version 2, the
+  // frame's content size in 3): a frame that claims more, or a
   // window larger than the image, fails here without allocating.
   size_t N = ZSTD_decompress_usingDDict(C.get(), Image.data(), Image.size(),
                                         Stored.data(), Stored.size(), D.DDict);
@@ -130,8 +131,8 @@ Error decompressWithDictionary(StringRef Id, StringRef Stored,
                              ZSTD_getErrorName(N));
   if (N != Size)
     return createStringError(formatv(
-        "{0}: image decompressed to {1} bytes, tc.size says {2}", Where, N,
-        Size));
+        "{0}: image decompressed to {1} bytes, not the {2} stated", Where,
+        N, Size));
   return Error::success();
 }
 
