@@ -156,10 +156,15 @@ MemberDigest memberDigest(const Member &M) {
   return H.result();
 }
 
-ArchiveHash computeHash(const Archive &A) {
-  std::vector<MemberDigest> Digests = A.Omitted;
+/// computeHash(), which also leaves the digests of A's members, in their
+/// order, in \p Own.
+static ArchiveHash computeHash(const Archive &A,
+                               std::vector<MemberDigest> &Own) {
+  Own.clear();
   for (const Member &M : A.Members)
-    Digests.push_back(memberDigest(M));
+    Own.push_back(memberDigest(M));
+  std::vector<MemberDigest> Digests = A.Omitted;
+  Digests.insert(Digests.end(), Own.begin(), Own.end());
   std::sort(Digests.begin(), Digests.end());
   CanonicalHasher H(256 + 32 * Digests.size());
   H.field("tc-archive-hash-v2");
@@ -169,6 +174,11 @@ ArchiveHash computeHash(const Archive &A) {
   for (const MemberDigest &D : Digests)
     H.raw(StringRef(reinterpret_cast<const char *>(D.data()), D.size()));
   return H.result();
+}
+
+ArchiveHash computeHash(const Archive &A) {
+  std::vector<MemberDigest> Own;
+  return computeHash(A, Own);
 }
 
 Archive thinArchive(const Archive &A, function_ref<bool(const Member &)> Keep) {
@@ -419,7 +429,8 @@ Expected<SmallString<0>> writeArchive(Archive &A, unsigned Version) {
                    });
   if (Error E = validateArchive(A))
     return std::move(E);
-  A.Hash = computeHash(A);
+  std::vector<MemberDigest> Digests;
+  A.Hash = computeHash(A, Digests);
 
   SmallString<0> Out;
   std::string VersionText = std::to_string(Version);
@@ -453,13 +464,21 @@ Expected<SmallString<0>> writeArchive(Archive &A, unsigned Version) {
     Manifest[KeySignatures] = SignaturesText;
   Out += writeBinary(object::IMG_None, Manifest, ManifestImage);
 
-  for (const Member &M : A.Members) {
+  for (size_t I = 0; I < A.Members.size(); ++I) {
+    const Member &M = A.Members[I];
     std::string Symbols = joinLines(M.Symbols);
     std::string SizeText = std::to_string(M.Image.size());
     StringRef Stored = M.Image;
     SmallVector<uint8_t, 0> Compressed;
     std::string DictCompressed;
-    if (M.Compress == Compression::Zstd) {
+    // A member as read, unchanged and stored the same way: its frame again
+    // (compressing costs milliseconds; a sender writes a thin copy of every
+    // archive it ships).
+    bool Reuse = !M.Stored.empty() && M.StoredAs == M.Compress &&
+                 M.StoredDigest == Digests[I];
+    if (Reuse) {
+      Stored = M.Stored;
+    } else if (M.Compress == Compression::Zstd) {
       if (!compression::zstd::isAvailable())
         return createStringError("zstd compression is not available in this "
                                  "build of LLVM");
@@ -921,6 +940,15 @@ static Error readMember(Member &M, const BinaryLayout &L,
     return createStringError(formatv(
         "{0}: uncompressed size {1} exceeds the limit of {2} bytes", Where,
         Size, Opts.MaxImageSize));
+  // Kept for writeArchive() to store again, if it is a frame format 3
+  // takes (in format 2 it need not state its size).
+  if (Version != 2)
+    M.Stored = StoredImage.str();
+  else if (Expected<uint64_t> N = frameContentSize(StoredImage, Where))
+    M.Stored = StoredImage.str();
+  else
+    consumeError(N.takeError());
+  M.StoredAs = M.Compress;
   if (M.Compress == Compression::ZstdDict) {
     if (!Dict)
       return createStringError(Where + ": missing key 'tc.dict'");
@@ -1010,12 +1038,18 @@ Expected<Archive> readArchive(MemoryBufferRef Buffer, const ReadOptions &Opts) {
     return std::move(E);
   A.Hash = StoredHash;
   if (Opts.VerifyHash) {
-    ArchiveHash Actual = computeHash(A);
+    std::vector<MemberDigest> Digests;
+    ArchiveHash Actual = computeHash(A, Digests);
     if (Actual != StoredHash)
       return createStringError("hash mismatch: manifest says %s, contents hash "
                                "to %s",
                                toHex(StoredHash).c_str(),
                                toHex(Actual).c_str());
+    for (size_t I = 0; I < A.Members.size(); ++I)
+      A.Members[I].StoredDigest = Digests[I];
+  } else {
+    for (Member &M : A.Members) // No digest to tell whether it still fits.
+      M.Stored.clear();
   }
   return std::move(A);
 }

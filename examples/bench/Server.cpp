@@ -211,6 +211,8 @@ OPTIONS:
   --ship always       Attach the archive to every message this server sends
   --blocking          Sleep in tc_worker_wait when idle (more processes
                       than cores) instead of busy polling
+  --prewarm           Prewarm the JIT at start, as tc-serve does
+                      (TC_CONTEXT_PARAM_FIELD_PREWARM)
   --pmix              Started by mpirun / srun --mpi=pmix as a rank of a
                       `tc-bench dapc --pmix` job: wire up by rank (no
                       --listen needed) and exit when the client is done
@@ -227,7 +229,7 @@ int runServer(int Argc, char **Argv) {
   std::string Listen, IfuncPath = defaultIfuncPath(), Exec = "auto",
                       CacheDir, Ship = "once";
   uint64_t MaxLoaded = 0;
-  bool Blocking = false, Pmix = false;
+  bool Blocking = false, Pmix = false, Prewarm = false;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     auto Value = [&]() {
@@ -253,6 +255,8 @@ int runServer(int Argc, char **Argv) {
       Ship = Value();
     else if (A == "--blocking")
       Blocking = true;
+    else if (A == "--prewarm")
+      Prewarm = true;
     else if (A == "--pmix")
       Pmix = true;
     else
@@ -301,6 +305,10 @@ int runServer(int Argc, char **Argv) {
   if (!CacheDir.empty()) {
     CP.field_mask |= TC_CONTEXT_PARAM_FIELD_CACHE_DIR;
     CP.cache_dir = CacheDir.c_str();
+  }
+  if (Prewarm) {
+    CP.field_mask |= TC_CONTEXT_PARAM_FIELD_PREWARM;
+    CP.prewarm = 1;
   }
   tc_context_h Ctx;
   if (tc_context_create(&CP, &Ctx) != TC_OK)

@@ -110,6 +110,15 @@ struct Member {
   /// External symbols the image needs from the process or the deps, sorted.
   std::vector<std::string> Symbols;
   std::string Image; ///< Uncompressed image bytes.
+  /// A compressed member as readArchive() found it: the stored frame, how
+  /// it was stored and the member's digest then. writeArchive() writes the
+  /// frame again instead of compressing anew when the member still has that
+  /// digest and Compress (a thin copy of a received archive, which every
+  /// sender writes per target, then costs no compression). Empty when the
+  /// member was not read compressed or the hash was not verified.
+  std::string Stored;
+  Compression StoredAs = Compression::None;
+  MemberDigest StoredDigest{};
 
   BinaryLayout Layout; ///< Set by readArchive(); ignored by writeArchive().
 };

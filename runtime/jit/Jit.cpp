@@ -290,7 +290,8 @@ Error JitEngine::prewarm(LoadMode Mode) {
                              toString(std::move(E)).c_str());
   };
   std::vector<DictionaryModule> Mods = builtinDictionaryModules();
-  StringRef Arch = llvm::Triple(Triple).getArchName();
+  llvm::Triple Host(Triple);
+  StringRef Arch = Host.getArchName();
   const DictionaryModule *Pick = &Mods.front();
   for (const DictionaryModule &D : Mods)
     if (D.Arch == Arch)

@@ -415,6 +415,60 @@ TEST(ArchiveDictionary, RoundTripRecordsTheIdAndKeepsTheHash) {
     EXPECT_EQ(M.DictId, builtinDictionaryId());
 }
 
+TEST(ArchiveDictionary, ARewriteStoresTheFramesItReadAgain) {
+  Archive A;
+  A.Name = "r";
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], "")};
+  A.Members[0].Image += std::string(2000, 'a');
+  A.Members[1].Image += std::string(2000, 'b');
+  A.Members[0].Compress = Compression::ZstdDict;
+  if (llvm::compression::zstd::isAvailable())
+    A.Members[1].Compress = Compression::Zstd;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R);
+  auto StoredOf = [](llvm::StringRef Bytes, const Member &M) {
+    return Bytes.substr(M.Layout.Offset + M.Layout.ImageOffset,
+                        M.Layout.ImageSize)
+        .str();
+  };
+  for (const Member &M : R->Members)
+    if (M.Compress != Compression::None)
+      EXPECT_EQ(M.Stored, StoredOf(*Bytes, M));
+  // Canonical order put aarch64 (Triples[1]) first: the dictionary member
+  // (Triples[0]) is member 1.
+  const Member &Dict = R->Members[1];
+  ASSERT_EQ(Dict.Compress, Compression::ZstdDict);
+  // A thin copy, and one in format 2, carry the very frame read.
+  for (unsigned Version : {3u, 2u}) {
+    Archive Thin = thinArchive(
+        *R, [](const Member &M) { return M.Triple == Triples[0]; });
+    auto ThinBytes = writeArchive(Thin, Version);
+    ASSERT_TRUE(!!ThinBytes);
+    llvm::Expected<Archive> T = read(*ThinBytes);
+    ASSERT_TRUE(!!T) << llvm::toString(T.takeError());
+    EXPECT_EQ(StoredOf(*ThinBytes, T->Members[0]), StoredOf(*Bytes, Dict));
+  }
+  // A changed image, or other storage, is compressed anew: what is read
+  // back is the changed member.
+  Archive Changed = *R;
+  Changed.Members[1].Image += "more";
+  auto ChangedBytes = writeArchive(Changed);
+  ASSERT_TRUE(!!ChangedBytes);
+  llvm::Expected<Archive> C = read(*ChangedBytes);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  EXPECT_EQ(C->Members[1].Image, Changed.Members[1].Image);
+  Archive Plain = *R;
+  withoutDictionaries(Plain, {});
+  auto PlainBytes = writeArchive(Plain);
+  ASSERT_TRUE(!!PlainBytes);
+  llvm::Expected<Archive> P = read(*PlainBytes);
+  ASSERT_TRUE(!!P) << llvm::toString(P.takeError());
+  EXPECT_EQ(P->Members[1].Compress, Compression::None);
+  EXPECT_EQ(P->Members[1].Image, Dict.Image);
+}
+
 TEST(ArchiveDictionary, UnknownIdIsATypedErrorNamingIt) {
   Archive A;
   A.Name = "d";
