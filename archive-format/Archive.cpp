@@ -21,6 +21,8 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/TargetParser/Triple.h"
 
+#include <zstd.h>
+
 #include <algorithm>
 #include <tuple>
 
@@ -154,10 +156,15 @@ MemberDigest memberDigest(const Member &M) {
   return H.result();
 }
 
-ArchiveHash computeHash(const Archive &A) {
-  std::vector<MemberDigest> Digests = A.Omitted;
+/// computeHash(), which also leaves the digests of A's members, in their
+/// order, in \p Own.
+static ArchiveHash computeHash(const Archive &A,
+                               std::vector<MemberDigest> &Own) {
+  Own.clear();
   for (const Member &M : A.Members)
-    Digests.push_back(memberDigest(M));
+    Own.push_back(memberDigest(M));
+  std::vector<MemberDigest> Digests = A.Omitted;
+  Digests.insert(Digests.end(), Own.begin(), Own.end());
   std::sort(Digests.begin(), Digests.end());
   CanonicalHasher H(256 + 32 * Digests.size());
   H.field("tc-archive-hash-v2");
@@ -167,6 +174,11 @@ ArchiveHash computeHash(const Archive &A) {
   for (const MemberDigest &D : Digests)
     H.raw(StringRef(reinterpret_cast<const char *>(D.data()), D.size()));
   return H.result();
+}
+
+ArchiveHash computeHash(const Archive &A) {
+  std::vector<MemberDigest> Own;
+  return computeHash(A, Own);
 }
 
 Archive thinArchive(const Archive &A, function_ref<bool(const Member &)> Keep) {
@@ -406,42 +418,67 @@ parseSignatures(StringRef Text) {
   return Out;
 }
 
-Expected<SmallString<0>> writeArchive(Archive &A) {
+Expected<SmallString<0>> writeArchive(Archive &A, unsigned Version) {
+  if (Version < OldestArchiveVersion || Version > ArchiveVersion)
+    return createStringError("cannot write tc archive version %u (this writer "
+                             "knows %u to %u)",
+                             Version, OldestArchiveVersion, ArchiveVersion);
   std::sort(A.Members.begin(), A.Members.end(),
                    [](const Member &L, const Member &R) {
                      return memberKey(L) < memberKey(R);
                    });
   if (Error E = validateArchive(A))
     return std::move(E);
-  A.Hash = computeHash(A);
+  std::vector<MemberDigest> Digests;
+  A.Hash = computeHash(A, Digests);
 
   SmallString<0> Out;
-  std::string Version = std::to_string(ArchiveVersion);
-  std::string HashHex = toHex(A.Hash);
+  std::string VersionText = std::to_string(Version);
   std::string DepsText = joinLines(A.Deps);
-  std::vector<std::string> OmittedHex;
-  for (const MemberDigest &D : A.Omitted)
-    OmittedHex.push_back(toHex(D));
-  std::string OmittedText = joinLines(OmittedHex);
-  MapVector<StringRef, StringRef> Manifest;
-  Manifest[KeyVersion] = Version;
-  Manifest[KeyName] = A.Name;
-  Manifest[KeyHash] = HashHex;
-  Manifest[KeyDeps] = DepsText;
-  if (!A.Omitted.empty())
-    Manifest[KeyOmitted] = OmittedText;
   std::string SignaturesText = formatSignatures(A.Signatures);
+  MapVector<StringRef, StringRef> Manifest;
+  Manifest[KeyVersion] = VersionText;
+  Manifest[KeyName] = A.Name;
+  // Version 2 spells the hash and the omitted digests in hex; version 3
+  // stores them as the manifest's image, 32 bytes each, and has tc.deps
+  // only when there are deps.
+  std::string HashHex, OmittedText, ManifestImage;
+  if (Version == 2) {
+    HashHex = toHex(A.Hash);
+    std::vector<std::string> OmittedHex;
+    for (const MemberDigest &D : A.Omitted)
+      OmittedHex.push_back(toHex(D));
+    OmittedText = joinLines(OmittedHex);
+    Manifest[KeyHash] = HashHex;
+    Manifest[KeyDeps] = DepsText;
+    if (!A.Omitted.empty())
+      Manifest[KeyOmitted] = OmittedText;
+  } else {
+    if (!A.Deps.empty())
+      Manifest[KeyDeps] = DepsText;
+    ManifestImage.append(A.Hash.begin(), A.Hash.end());
+    for (const MemberDigest &D : A.Omitted)
+      ManifestImage.append(D.begin(), D.end());
+  }
   if (!A.Signatures.empty())
     Manifest[KeySignatures] = SignaturesText;
-  Out += writeBinary(object::IMG_None, Manifest, "");
+  Out += writeBinary(object::IMG_None, Manifest, ManifestImage);
 
-  for (const Member &M : A.Members) {
+  for (size_t I = 0; I < A.Members.size(); ++I) {
+    const Member &M = A.Members[I];
     std::string Symbols = joinLines(M.Symbols);
     std::string SizeText = std::to_string(M.Image.size());
     StringRef Stored = M.Image;
     SmallVector<uint8_t, 0> Compressed;
     std::string DictCompressed;
-    if (M.Compress == Compression::Zstd) {
+    // A member as read, unchanged and stored the same way: its frame again
+    // (compressing costs milliseconds; a sender writes a thin copy of every
+    // archive it ships).
+    bool Reuse = !M.Stored.empty() && M.StoredAs == M.Compress &&
+                 M.StoredDigest == Digests[I];
+    if (Reuse) {
+      Stored = M.Stored;
+    } else if (M.Compress == Compression::Zstd) {
       if (!compression::zstd::isAvailable())
         return createStringError("zstd compression is not available in this "
                                  "build of LLVM");
@@ -465,7 +502,8 @@ Expected<SmallString<0>> writeArchive(Archive &A) {
     Strings[KeySymbols] = Symbols;
     if (M.Compress != Compression::None) {
       Strings[KeyCompression] = compressionName(M.Compress);
-      Strings[KeySize] = SizeText;
+      if (Version == 2) // Version 3 reads it from the zstd frame.
+        Strings[KeySize] = SizeText;
       if (M.Compress == Compression::ZstdDict)
         Strings[KeyDict] = builtinDictionaryId();
     }
@@ -499,10 +537,10 @@ Compression cheapestCompression(StringRef Image) {
     consumeError(C.takeError());
     return Compression::None;
   }
-  // The keys and values a zstd-dict member adds: tc.compression=zstd-dict,
-  // tc.size=N, tc.dict=ID, each NUL-terminated, and their 16-byte entries.
-  size_t Keys = 3 * 16 + sizeof("tc.compression") + sizeof("zstd-dict") +
-                sizeof("tc.size") + std::to_string(Image.size()).size() + 1 +
+  // The keys and values a zstd-dict member adds in the version writers
+  // write: tc.compression=zstd-dict, tc.dict=ID, each NUL-terminated, and
+  // their 16-byte entries.
+  size_t Keys = 2 * 16 + sizeof("tc.compression") + sizeof("zstd-dict") +
                 sizeof("tc.dict") + builtinDictionaryId().size() + 1;
   return C->size() + Keys < Image.size() ? Compression::ZstdDict
                                          : Compression::None;
@@ -697,54 +735,99 @@ static bool parseDigest(StringRef Hex, std::array<uint8_t, 32> &Out) {
   return true;
 }
 
+/// A key of another version's manifest or member: named as such.
+static Error checkNotOtherVersionKey(const BinaryLayout &L, StringRef Key,
+                                     unsigned Version, const Twine &Where,
+                                     StringRef Instead) {
+  if (!findKey(L, Key))
+    return Error::success();
+  return createStringError(Where + ": version " + Twine(Version) +
+                           " has no key '" + Key + "' (" + Instead + ")");
+}
+
 static Error readManifest(Archive &A, const BinaryLayout &L,
                           StringRef StoredImage, ArchiveHash &StoredHash) {
   const char *Where = "manifest";
-  if (!findKey(L, KeyVersion))
+  const std::string *VersionText = findKey(L, KeyVersion);
+  if (!VersionText)
     return createStringError("not a tc archive: the first offload binary has "
                              "no 'tc.version' key");
+  unsigned Version = 0;
+  if (StringRef(*VersionText).getAsInteger(10, Version) ||
+      *VersionText != std::to_string(Version) ||
+      Version < OldestArchiveVersion || Version > ArchiveVersion)
+    return createStringError("unsupported tc archive version '%s' (this reader "
+                             "knows %u to %u)",
+                             escaped(*VersionText).c_str(),
+                             OldestArchiveVersion, ArchiveVersion);
+  A.FormatVersion = Version;
+  // Version 3's manifest image is the hash, then the omitted digests.
+  bool ImageOK = Version == 2 ? StoredImage.empty()
+                              : StoredImage.size() >= 32 &&
+                                    StoredImage.size() % 32 == 0;
   if (L.ImageKind != object::IMG_None || L.OffloadKind != object::OFK_None ||
-      L.Flags != 0 || !StoredImage.empty())
+      L.Flags != 0 || !ImageOK)
     return createStringError(formatv(
         "manifest: image kind {0}, offload kind {1}, flags {2}, image size {3}; "
-        "expected all 0",
-        L.ImageKind, L.OffloadKind, L.Flags, StoredImage.size()));
-  if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps,
-                              KeyOmitted, KeySignatures},
-                          Where))
-    return E;
-  StringRef Version = *findKey(L, KeyVersion);
-  if (Version != std::to_string(ArchiveVersion))
-    return createStringError("unsupported tc archive version '%s' (this reader "
-                             "knows %u)",
-                             escaped(Version).c_str(),
-                             ArchiveVersion);
+        "expected 0, 0, 0 and {4}",
+        L.ImageKind, L.OffloadKind, L.Flags, StoredImage.size(),
+        Version == 2 ? "0" : "32 (the hash) + 32 per omitted member"));
+  if (Version == 2) {
+    if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyHash, KeyDeps,
+                                KeyOmitted, KeySignatures},
+                            Where))
+      return E;
+  } else {
+    for (StringRef K : {KeyHash, KeyOmitted})
+      if (Error E = checkNotOtherVersionKey(
+              L, K, Version, Where,
+              "the hash and omitted digests are the manifest's image"))
+        return E;
+    if (Error E = checkKeys(L, {KeyVersion, KeyName, KeyDeps, KeySignatures},
+                            Where))
+      return E;
+  }
   auto Name = requireKey(L, KeyName, Where);
   if (!Name)
     return Name.takeError();
   A.Name = **Name;
-  auto Deps = requireKey(L, KeyDeps, Where);
-  if (!Deps)
-    return Deps.takeError();
-  A.Deps = splitLines(**Deps);
-  auto Hash = requireKey(L, KeyHash, Where);
-  if (!Hash)
-    return Hash.takeError();
-  if (!parseDigest(**Hash, StoredHash))
-    return createStringError("manifest: tc.hash '%s' is not 64 lowercase hex "
-                             "digits",
-                             escaped(**Hash).c_str());
-  if (const std::string *Omitted = findKey(L, KeyOmitted)) {
-    // Each line one digest; an empty value would be a key with no meaning.
-    if (Omitted->empty())
-      return createStringError("manifest: tc.omitted is empty");
-    std::vector<std::string> Lines = splitLines(*Omitted);
-    A.Omitted.resize(Lines.size());
-    for (size_t I = 0; I < Lines.size(); ++I)
-      if (!parseDigest(Lines[I], A.Omitted[I]))
-        return createStringError("manifest: tc.omitted line %zu '%s' is not "
-                                 "64 lowercase hex digits",
-                                 I + 1, escaped(Lines[I]).c_str());
+  if (Version == 2) {
+    auto Deps = requireKey(L, KeyDeps, Where);
+    if (!Deps)
+      return Deps.takeError();
+    A.Deps = splitLines(**Deps);
+  } else if (const std::string *Deps = findKey(L, KeyDeps)) {
+    A.Deps = splitLines(*Deps);
+  }
+  if (Version != 2) {
+    std::copy(StoredImage.begin(), StoredImage.begin() + 32,
+              StoredHash.begin());
+    for (size_t Off = 32; Off < StoredImage.size(); Off += 32) {
+      MemberDigest D;
+      std::copy(StoredImage.begin() + Off, StoredImage.begin() + Off + 32,
+                D.begin());
+      A.Omitted.push_back(D);
+    }
+  } else {
+    auto Hash = requireKey(L, KeyHash, Where);
+    if (!Hash)
+      return Hash.takeError();
+    if (!parseDigest(**Hash, StoredHash))
+      return createStringError("manifest: tc.hash '%s' is not 64 lowercase "
+                               "hex digits",
+                               escaped(**Hash).c_str());
+    if (const std::string *Omitted = findKey(L, KeyOmitted)) {
+      // Each line one digest; an empty value would be a key with no meaning.
+      if (Omitted->empty())
+        return createStringError("manifest: tc.omitted is empty");
+      std::vector<std::string> Lines = splitLines(*Omitted);
+      A.Omitted.resize(Lines.size());
+      for (size_t I = 0; I < Lines.size(); ++I)
+        if (!parseDigest(Lines[I], A.Omitted[I]))
+          return createStringError("manifest: tc.omitted line %zu '%s' is not "
+                                   "64 lowercase hex digits",
+                                   I + 1, escaped(Lines[I]).c_str());
+    }
   }
   if (const std::string *Sigs = findKey(L, KeySignatures)) {
     Expected<std::vector<ArchiveSignature>> S = parseSignatures(*Sigs);
@@ -755,9 +838,29 @@ static Error readManifest(Archive &A, const BinaryLayout &L,
   return Error::success();
 }
 
+/// Version 3's size of a compressed image: the content size its zstd frame
+/// states; the image must be exactly that one frame.
+static Expected<uint64_t> frameContentSize(StringRef Stored,
+                                           const std::string &Where) {
+  unsigned long long N = ZSTD_getFrameContentSize(Stored.data(), Stored.size());
+  if (N == ZSTD_CONTENTSIZE_ERROR)
+    return createStringError(Where + ": stored image is not a zstd frame");
+  if (N == ZSTD_CONTENTSIZE_UNKNOWN)
+    return createStringError(Where + ": the zstd frame does not state its "
+                                     "content size");
+  size_t Frame = ZSTD_findFrameCompressedSize(Stored.data(), Stored.size());
+  if (ZSTD_isError(Frame) || Frame != Stored.size())
+    return createStringError(formatv(
+        "{0}: stored image of {1} bytes is not one whole zstd frame ({2})",
+        Where, Stored.size(),
+        ZSTD_isError(Frame) ? ZSTD_getErrorName(Frame)
+                            : formatv("the frame ends at {0}", Frame).str()));
+  return N;
+}
+
 static Error readMember(Member &M, const BinaryLayout &L,
                         StringRef StoredImage, const ReadOptions &Opts,
-                        const std::string &Where) {
+                        const std::string &Where, unsigned Version) {
   if (L.ImageKind == object::IMG_Bitcode)
     M.Kind = ImageKind::Bitcode;
   else if (L.ImageKind == object::IMG_Object)
@@ -772,6 +875,11 @@ static Error readMember(Member &M, const BinaryLayout &L,
   if (L.Flags != 0)
     return createStringError(formatv("{0}: flags {1:x} are not 0", Where,
                                      L.Flags));
+  if (Version != 2)
+    if (Error E = checkNotOtherVersionKey(
+            L, KeySize, Version, Where,
+            "a compressed image's zstd frame states its size"))
+      return E;
   if (Error E = checkKeys(L,
                           {KeyFeatures, KeyRole, KeySymbols, KeyCompression,
                            KeySize, KeyDict},
@@ -814,17 +922,33 @@ static Error readMember(Member &M, const BinaryLayout &L,
     M.Image = StoredImage.str();
     return Error::success();
   }
-  auto SizeText = requireKey(L, KeySize, Where);
-  if (!SizeText)
-    return SizeText.takeError();
   uint64_t Size;
-  if (StringRef(**SizeText).getAsInteger(10, Size))
-    return createStringError(Where + ": tc.size '" + **SizeText +
-                             "' is not a decimal number");
+  if (Version == 2) {
+    auto SizeText = requireKey(L, KeySize, Where);
+    if (!SizeText)
+      return SizeText.takeError();
+    if (StringRef(**SizeText).getAsInteger(10, Size))
+      return createStringError(Where + ": tc.size '" + **SizeText +
+                               "' is not a decimal number");
+  } else {
+    Expected<uint64_t> N = frameContentSize(StoredImage, Where);
+    if (!N)
+      return N.takeError();
+    Size = *N;
+  }
   if (Size > Opts.MaxImageSize)
     return createStringError(formatv(
         "{0}: uncompressed size {1} exceeds the limit of {2} bytes", Where,
         Size, Opts.MaxImageSize));
+  // Kept for writeArchive() to store again, if it is a frame format 3
+  // takes (in format 2 it need not state its size).
+  if (Version != 2)
+    M.Stored = StoredImage.str();
+  else if (Expected<uint64_t> N = frameContentSize(StoredImage, Where))
+    M.Stored = StoredImage.str();
+  else
+    consumeError(N.takeError());
+  M.StoredAs = M.Compress;
   if (M.Compress == Compression::ZstdDict) {
     if (!Dict)
       return createStringError(Where + ": missing key 'tc.dict'");
@@ -844,7 +968,7 @@ static Error readMember(Member &M, const BinaryLayout &L,
                              toString(std::move(E)));
   if (Produced != Size)
     return createStringError(formatv(
-        "{0}: image decompressed to {1} bytes, tc.size says {2}", Where,
+        "{0}: image decompressed to {1} bytes, not the {2} stated", Where,
         Produced, Size));
   return Error::success();
 }
@@ -901,7 +1025,8 @@ Expected<Archive> readArchive(MemoryBufferRef Buffer, const ReadOptions &Opts) {
       A.ManifestLayout = std::move(L);
     } else {
       Member M;
-      if (Error E = readMember(M, L, StoredImage, Opts, Where))
+      if (Error E = readMember(M, L, StoredImage, Opts, Where,
+                               A.FormatVersion))
         return std::move(E);
       M.Layout = std::move(L);
       A.Members.push_back(std::move(M));
@@ -913,12 +1038,18 @@ Expected<Archive> readArchive(MemoryBufferRef Buffer, const ReadOptions &Opts) {
     return std::move(E);
   A.Hash = StoredHash;
   if (Opts.VerifyHash) {
-    ArchiveHash Actual = computeHash(A);
+    std::vector<MemberDigest> Digests;
+    ArchiveHash Actual = computeHash(A, Digests);
     if (Actual != StoredHash)
       return createStringError("hash mismatch: manifest says %s, contents hash "
                                "to %s",
                                toHex(StoredHash).c_str(),
                                toHex(Actual).c_str());
+    for (size_t I = 0; I < A.Members.size(); ++I)
+      A.Members[I].StoredDigest = Digests[I];
+  } else {
+    for (Member &M : A.Members) // No digest to tell whether it still fits.
+      M.Stored.clear();
   }
   return std::move(A);
 }

@@ -28,6 +28,14 @@ static const unsigned char DictionaryBytes[] = {
 #include "Dictionary.inc"
 };
 
+/// The bitcode files DictionaryBytes concatenates: architecture, size.
+static const struct {
+  const char *Arch;
+  size_t Size;
+} DictionaryParts[] = {
+#include "DictionaryParts.inc"
+};
+
 /// zstd's level for dictionary compression: the members are a few KiB, so
 /// the strongest level costs well under a millisecond.
 static constexpr int DictLevel = 19;
@@ -57,6 +65,17 @@ static const BuiltinDictionary &builtin() {
 StringRef builtinDictionaryId() { return builtin().Id; }
 
 size_t builtinDictionarySize() { return builtin().Bytes.size(); }
+
+std::vector<DictionaryModule> builtinDictionaryModules() {
+  std::vector<DictionaryModule> Out;
+  StringRef Rest = builtin().Bytes;
+  for (const auto &P : DictionaryParts) {
+    Out.push_back({P.Arch, Rest.take_front(P.Size)});
+    Rest = Rest.drop_front(P.Size);
+  }
+  assert(Rest.empty() && "the parts add up to the dictionary");
+  return Out;
+}
 
 std::vector<std::string> dictionaryIds() { return {builtin().Id}; }
 
@@ -102,7 +121,8 @@ Error decompressWithDictionary(StringRef Id, StringRef Stored,
   if (!C)
     return createStringError(Where + ": cannot create a zstd context");
   Image.resize(Size);
-  // One shot into exactly tc.size bytes: a frame that claims more, or a
+  // One shot into exactly the size stated (tc.size in version 2, the
+  // frame's content size in 3): a frame that claims more, or a
   // window larger than the image, fails here without allocating.
   size_t N = ZSTD_decompress_usingDDict(C.get(), Image.data(), Image.size(),
                                         Stored.data(), Stored.size(), D.DDict);
@@ -111,8 +131,8 @@ Error decompressWithDictionary(StringRef Id, StringRef Stored,
                              ZSTD_getErrorName(N));
   if (N != Size)
     return createStringError(formatv(
-        "{0}: image decompressed to {1} bytes, tc.size says {2}", Where, N,
-        Size));
+        "{0}: image decompressed to {1} bytes, not the {2} stated", Where,
+        N, Size));
   return Error::success();
 }
 

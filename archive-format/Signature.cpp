@@ -1,6 +1,6 @@
 //===- Signature.cpp - Ed25519 signatures over an archive's content hash --===//
 //
-// libsodium's crypto_sign (Ed25519) signs signedMessage(tc.hash): a domain
+// libsodium's crypto_sign (Ed25519) signs signedMessage(content hash): a domain
 // string and the 32-byte content hash. The signature is not part of what
 // the hash covers, so re-storing or re-shipping an archive with the same
 // hash keeps it valid. docs/archive-format.md ("Signatures") gives the
@@ -102,8 +102,9 @@ Expected<PublicKey> parsePublicKey(StringRef Text) {
 }
 
 ArchiveHash signedHash(const Archive &A) {
-  // Format v2: tc.hash is the same for every copy of an archive, whichever
-  // members it carries (docs/archive-format.md, "Thin copies").
+  // Since format 2 the hash is the same for every copy of an archive,
+  // whichever members it carries and whichever format version it is in
+  // (docs/archive-format.md, "Thin copies").
   return A.Hash;
 }
 

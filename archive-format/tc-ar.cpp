@@ -46,9 +46,9 @@ COMMANDS:
       every member to NAME.TRIPLE[.CPU][.source].bc|.o. -o needs one member.
   thin A --target=TRIPLE [--cpu=CPU] [--kind=bitcode|object] -o OUT
       Write what a sender ships to that host: the member it would run, the
-      others listed by digest only (tc.omitted); the hash is unchanged.
+      others listed by digest only; the hash is unchanged.
   dump A
-      Every header field and string, with offsets.
+      Every header field and string, with offsets, and the format version.
   verify A [--trust KEY.pub]...
       Check structure, hash and that each image matches its triple and
       symbol list, and that every signature verifies; with --trust, that
@@ -438,7 +438,8 @@ int cmdDump(Args &A) {
                                        : Ar->Members.back().Layout.Offset +
                                              Ar->Members.back().Layout.Size;
   OS << "archive: " << Path << " (" << Total << " bytes, "
-     << Ar->Members.size() << " members)\n";
+     << Ar->Members.size() << " members, format " << Ar->FormatVersion
+     << ")\n";
   OS << "name: " << Ar->Name << "\n";
   tc::ArchiveHash Actual = tc::computeHash(*Ar);
   OS << "hash: " << tc::toHex(Ar->Hash)
@@ -638,6 +639,7 @@ int main(int argc, char **argv) {
   if (Cmd == "--version") {
     outs() << "tc-ar (tc) " << TC_VERSION_STRING << " (LLVM "
            << LLVM_VERSION_STRING << ", archive format " << tc::ArchiveVersion
+           << ", reads " << tc::OldestArchiveVersion << "-" << tc::ArchiveVersion
            << ")\nzstd dictionary " << tc::builtinDictionaryId() << " ("
            << tc::builtinDictionarySize() << " bytes)\n";
     return 0;

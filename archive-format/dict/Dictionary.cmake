@@ -30,9 +30,13 @@ foreach(part ${dict_parts})
 endforeach()
 
 string(REPLACE ";" "," dict_inputs "${dict_bitcode}")
-add_custom_command(OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/Dictionary.inc
+add_custom_command(
+  OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/Dictionary.inc
+         ${CMAKE_CURRENT_BINARY_DIR}/DictionaryParts.inc
   COMMAND ${CMAKE_COMMAND} -DOUT=${CMAKE_CURRENT_BINARY_DIR}/Dictionary.inc
+          -DPARTS=${CMAKE_CURRENT_BINARY_DIR}/DictionaryParts.inc
           -DINPUTS=${dict_inputs} -P ${CMAKE_CURRENT_SOURCE_DIR}/dict/Embed.cmake
   DEPENDS ${dict_bitcode} ${CMAKE_CURRENT_SOURCE_DIR}/dict/Embed.cmake
   COMMENT "Embedding the zstd dictionary")
-set(TC_DICTIONARY_INC ${CMAKE_CURRENT_BINARY_DIR}/Dictionary.inc)
+set(TC_DICTIONARY_INC ${CMAKE_CURRENT_BINARY_DIR}/Dictionary.inc
+  ${CMAKE_CURRENT_BINARY_DIR}/DictionaryParts.inc)

@@ -5,7 +5,10 @@
 // without the zstd dictionary, as a sender does for a target that lacks it;
 // the corpus has members compressed with it, a truncated frame and an
 // unknown or missing dictionary id; signed archives, badly signed ones and
-// a malformed tc.signatures). Any crash,
+// a malformed tc.signatures; format 2 and format 3 archives, thin copies,
+// and format 3 defects: a version 2 key, a manifest image of the wrong
+// size, a frame that does not state its size). Every format version this
+// build writes must read back with the same hash. Any crash,
 // sanitizer report or hang is a bug. Build with -DTC_ENABLE_FUZZERS=ON and
 // clang; scripts/fuzz.sh runs it on the seed corpus in fuzz/corpus.
 //
@@ -30,14 +33,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
       tc::selectMember(*A, "x86_64-unknown-linux-gnu");
   if (!M)
     llvm::consumeError(M.takeError());
-  // A valid archive must survive a write/read round trip unchanged.
+  // A valid archive must survive a write/read round trip unchanged, in
+  // every format version this build writes.
+  for (unsigned V = tc::OldestArchiveVersion; V < tc::ArchiveVersion; ++V) {
+    tc::Archive Copy = *A;
+    llvm::Expected<llvm::SmallString<0>> Out = tc::writeArchive(Copy, V);
+    if (!Out)
+      __builtin_trap();
+    llvm::Expected<tc::Archive> Again =
+        tc::readArchive(llvm::MemoryBufferRef(*Out, "again"), Opts);
+    if (!Again || Again->Hash != A->Hash || Again->FormatVersion != V ||
+        Again->Omitted != A->Omitted)
+      __builtin_trap();
+  }
   tc::Archive Copy = *A;
   llvm::Expected<llvm::SmallString<0>> Out = tc::writeArchive(Copy);
   if (!Out)
     __builtin_trap();
   llvm::Expected<tc::Archive> Again =
       tc::readArchive(llvm::MemoryBufferRef(*Out, "again"), Opts);
-  if (!Again || Again->Hash != A->Hash)
+  if (!Again || Again->Hash != A->Hash || Again->Omitted != A->Omitted)
     __builtin_trap();
   // Signatures are kept byte for byte, whatever they say; judging them
   // never fails on anything but the signatures.

@@ -218,6 +218,8 @@ OPTIONS:
   --sync-compile      Compile arriving code inside tc_worker_progress, as
                       before #21 (compile_thread = 0: every connection
                       waits for each compile)
+  --prewarm           Prewarm the JIT at start, as tc-serve does
+                      (TC_CONTEXT_PARAM_FIELD_PREWARM)
   --pmix              Started by mpirun / srun --mpi=pmix as a rank of a
                       `tc-bench dapc --pmix` job: wire up by rank (no
                       --listen needed) and exit when the client is done
@@ -234,7 +236,8 @@ int runServer(int Argc, char **Argv) {
   std::string Listen, IfuncPath = defaultIfuncPath(), Exec = "auto",
                       CacheDir, Ship = "once";
   uint64_t MaxLoaded = 0;
-  bool Blocking = false, Pmix = false, Mailbox = true, SyncCompile = false;
+  bool Blocking = false, Pmix = false, Mailbox = true, SyncCompile = false,
+       Prewarm = false;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     auto Value = [&]() {
@@ -262,6 +265,8 @@ int runServer(int Argc, char **Argv) {
       Blocking = true;
     else if (A == "--sync-compile")
       SyncCompile = true;
+    else if (A == "--prewarm")
+      Prewarm = true;
     else if (A == "--pmix")
       Pmix = true;
     else if (A == "--no-mailbox")
@@ -312,6 +317,10 @@ int runServer(int Argc, char **Argv) {
   if (!CacheDir.empty()) {
     CP.field_mask |= TC_CONTEXT_PARAM_FIELD_CACHE_DIR;
     CP.cache_dir = CacheDir.c_str();
+  }
+  if (Prewarm) {
+    CP.field_mask |= TC_CONTEXT_PARAM_FIELD_PREWARM;
+    CP.prewarm = 1;
   }
   tc_context_h Ctx;
   if (tc_context_create(&CP, &Ctx) != TC_OK)

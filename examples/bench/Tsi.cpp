@@ -158,9 +158,15 @@ void firstContact(TsiRun &R, const std::string &Mode, const Child &Server) {
   uint32_t Pong = PongLocal;
   control(C, Ep, "bench.pong", &Pong, sizeof Pong);
   std::vector<double> Ms;
-  ServerStats S0{};
+  ServerStats S0{}, Fresh{};
+  double FreshMs = 0;
   // Trials 0 and 1 fill the disk cache (when there is one) and warm up.
+  // Trial 0 is also the server process's first load, reported apart: the
+  // server prewarmed its JIT at start (tc-bench serve --prewarm, as tc-serve
+  // does), so it should cost what the later ones do.
   for (uint64_t T = 0; T < R.N.FirstContactTrials + 2; ++T) {
+    if (T == 1)
+      Fresh = queryStats(C, Ep);
     if (T == 2)
       S0 = queryStats(C, Ep);
     uint64_t Want = C.Counter + 1;
@@ -169,6 +175,8 @@ void firstContact(TsiRun &R, const std::string &Mode, const Child &Server) {
     waitFor(C.W, [&] { return C.Counter >= Want; }, "a first-contact pong");
     if (T >= 2)
       Ms.push_back(secondsSince(T0) * 1e3);
+    else if (T == 0)
+      FreshMs = secondsSince(T0) * 1e3;
     // Untimed: the target unloads the code (and says so), so the next trial
     // is a first contact again, on a target that is otherwise idle.
     Want = C.Counter + 1;
@@ -189,6 +197,12 @@ void firstContact(TsiRun &R, const std::string &Mode, const Child &Server) {
         (S1.Worker.compile_ms - S0.Worker.compile_ms) /
             static_cast<double>(Loads),
         "ms");
+  if (Fresh.Worker.compiles != 1)
+    die("tsi first contact " + Mode + ": the target's first trial loaded " +
+        std::to_string(Fresh.Worker.compiles) + " times");
+  R.add(Mode, "fresh_first_contact_ms", FreshMs, "ms");
+  R.add(Mode, "fresh_jit_ms", Fresh.Worker.compile_ms, "ms");
+  R.add(Mode, "prewarm_ms", Fresh.Worker.prewarm_ms, "ms");
   for (int I = 0; I < 2; ++I) {
     tc_msg_free(M[I]);
     tc_ifunc_deregister(F[I]);
@@ -544,7 +558,9 @@ const char *const TsiUsage = R"(USAGE: tc-bench tsi [options]
 Target-side increment (Three-Chains Tables I-VI): one-way latency (ping-pong,
 half round trip), message rate and frame bytes for am, cached, uncached,
 object, ucx_am (TSI on UCX active messages without tc) and ucx_perftest;
-first-contact time for jit, object and disk-cache.
+first-contact time for jit, object and disk-cache (the median over the
+trials, and the first trial on the freshly started, prewarmed server apart:
+fresh_first_contact_ms, fresh_jit_ms, prewarm_ms).
 
 OPTIONS:
   --iters N       Ping-pong round trips (default 100000; --quick 20000)
@@ -803,9 +819,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       firstContact(R, Mode, S);
       stopServer(S);
     };
-    Probe("jit", {"--exec", "bitcode"});
-    Probe("object", {"--exec", "object"});
-    Probe("disk-cache", {"--exec", "bitcode", "--cache-dir", CacheDir});
+    Probe("jit", {"--exec", "bitcode", "--prewarm"});
+    Probe("object", {"--exec", "object", "--prewarm"});
+    Probe("disk-cache", {"--exec", "bitcode", "--cache-dir", CacheDir,
+                          "--prewarm"});
     std::system(("rm -rf '" + CacheDir + "'").c_str());
   }
 

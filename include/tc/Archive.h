@@ -36,9 +36,15 @@
 
 namespace tc {
 
-/// Version of the tc layer (the `tc.version` manifest key). A reader rejects
-/// any other value; see docs/archive-format.md for the version rule.
-constexpr unsigned ArchiveVersion = 2;
+/// Version of the tc layer (the `tc.version` manifest key) that
+/// writeArchive() writes by default. The reader reads every version from
+/// OldestArchiveVersion on and rejects any other value; see
+/// docs/archive-format.md for the version rule. Version 3 keeps the hash and
+/// omitted digests as 32-byte values in the manifest's image (version 2:
+/// hex in tc.hash and tc.omitted) and takes a compressed member's size from
+/// its zstd frame (version 2: tc.size); the content hash is the same.
+constexpr unsigned ArchiveVersion = 3;
+constexpr unsigned OldestArchiveVersion = 2;
 
 /// What a member's image holds.
 enum class ImageKind : uint8_t {
@@ -104,6 +110,15 @@ struct Member {
   /// External symbols the image needs from the process or the deps, sorted.
   std::vector<std::string> Symbols;
   std::string Image; ///< Uncompressed image bytes.
+  /// A compressed member as readArchive() found it: the stored frame, how
+  /// it was stored and the member's digest then. writeArchive() writes the
+  /// frame again instead of compressing anew when the member still has that
+  /// digest and Compress (a thin copy of a received archive, which every
+  /// sender writes per target, then costs no compression). Empty when the
+  /// member was not read compressed or the hash was not verified.
+  std::string Stored;
+  Compression StoredAs = Compression::None;
+  MemberDigest StoredDigest{};
 
   BinaryLayout Layout; ///< Set by readArchive(); ignored by writeArchive().
 };
@@ -135,11 +150,14 @@ struct Archive {
   std::vector<ArchiveSignature> Signatures;
 
   BinaryLayout ManifestLayout; ///< Set by readArchive().
+  /// The format version readArchive() read (tc.version); writeArchive()
+  /// writes the version it is asked for, whatever this says.
+  unsigned FormatVersion = ArchiveVersion;
 };
 
 /// Limits the reader enforces on untrusted input.
 struct ReadOptions {
-  bool VerifyHash = true;                   ///< Recompute and compare tc.hash.
+  bool VerifyHash = true; ///< Recompute and compare the stored hash.
   uint64_t MaxImageSize = uint64_t(1) << 30; ///< Largest decompressed image.
 };
 
@@ -161,10 +179,13 @@ Archive thinArchive(const Archive &A,
 /// symbols, no duplicate members). \p A is not changed.
 llvm::Error validateArchive(const Archive &A);
 
-/// Serializes \p A. Members are written in canonical order (role, triple,
-/// CPU, kind), so the output does not depend on the order they were added in.
-/// On success \p A's members are in that order and \p A.Hash is set.
-llvm::Expected<llvm::SmallString<0>> writeArchive(Archive &A);
+/// Serializes \p A in format \p Version (for a reader that knows only an
+/// older one; same hash). Members are written in canonical order (role,
+/// triple, CPU, kind), so the output does not depend on the order they were
+/// added in. On success \p A's members are in that order and \p A.Hash is
+/// set.
+llvm::Expected<llvm::SmallString<0>>
+writeArchive(Archive &A, unsigned Version = ArchiveVersion);
 
 /// Parses and validates an archive from untrusted bytes. Errors name the
 /// binary and field at fault ("member 2: image [96, 9000) ends past ...").
@@ -185,6 +206,17 @@ llvm::StringRef builtinDictionaryId();
 
 /// The dictionary's size in bytes.
 size_t builtinDictionarySize();
+
+/// One of the bitcode files the dictionary concatenates: tc-cc's prepared
+/// target module of a small ifunc (`tc_dict`, archive-format/dict/) for one
+/// architecture. JitEngine compiles one to warm up before its first message.
+struct DictionaryModule {
+  llvm::StringRef Arch;    ///< "x86_64", "aarch64" (the triple's arch).
+  llvm::StringRef Bitcode; ///< A complete bitcode file.
+};
+
+/// The dictionary's bitcode files, in the order they are concatenated.
+std::vector<DictionaryModule> builtinDictionaryModules();
 
 /// Every dictionary id this build can read (what a target announces in a
 /// capability exchange).
@@ -219,7 +251,7 @@ size_t withoutDictionaries(Archive &A, llvm::ArrayRef<std::string> PeerHas,
                            Compression Fallback = Compression::None);
 
 /// The storage tc-cc's default (`--compress=auto`) picks for \p Image:
-/// ZstdDict when it makes the member smaller, its three extra keys counted,
+/// ZstdDict when it makes the member smaller, its two extra keys counted,
 /// else None.
 Compression cheapestCompression(llvm::StringRef Image);
 
@@ -259,7 +291,7 @@ std::string formatPublicKey(const PublicKey &K);
 llvm::Expected<SecretKey> parseSecretKey(llvm::StringRef Text);
 llvm::Expected<PublicKey> parsePublicKey(llvm::StringRef Text);
 
-/// The hash a signature covers: tc.hash (A.Hash, which must be set by
+/// The hash a signature covers: the content hash (A.Hash, which must be set by
 /// writeArchive() or readArchive()). Every copy of an archive has it,
 /// whichever members the copy carries, so one signature covers what any
 /// target receives.

@@ -97,7 +97,8 @@ enum tc_context_params_field {
     TC_CONTEXT_PARAM_FIELD_CACHE_DIR  = TC_BIT(5),
     TC_CONTEXT_PARAM_FIELD_SHIP_CODE  = TC_BIT(6),
     TC_CONTEXT_PARAM_FIELD_TRUST      = TC_BIT(7),
-    TC_CONTEXT_PARAM_FIELD_SANDBOX    = TC_BIT(8)
+    TC_CONTEXT_PARAM_FIELD_SANDBOX    = TC_BIT(8),
+    TC_CONTEXT_PARAM_FIELD_PREWARM    = TC_BIT(9)
 };
 
 enum tc_sandbox_params_field {
@@ -156,6 +157,12 @@ typedef struct tc_context_params {
     /** The sandbox's policy (TC_EXEC_SANDBOX); default: only the default
      *  calls, no memory beyond payload, locals and globals. */
     const tc_sandbox_params_t *sandbox;
+    /** Non-zero: tc_worker_create() takes the path of a first contact once,
+     *  with a built-in ifunc it then unloads (no code, counter or cache file
+     *  stays), so the worker's first compile costs what a later one does
+     *  instead of several times that; the worker's creation takes that much
+     *  longer (tc_worker_stats_t::prewarm_ms). Default 0. */
+    int            prewarm;
 } tc_context_params_t;
 
 enum tc_worker_params_field {
@@ -257,6 +264,8 @@ typedef struct tc_worker_stats {
     uint64_t sandbox_traps;  /**< Sandboxed messages ended by a trap. */
     uint64_t mailbox_sent;     /**< Messages written into peers' mailboxes. */
     uint64_t mailbox_received; /**< Messages taken from this worker's. */
+    double   prewarm_ms;     /**< Time tc_worker_create() spent prewarming
+                                  (TC_CONTEXT_PARAM_FIELD_PREWARM); 0: none. */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);

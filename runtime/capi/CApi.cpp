@@ -243,6 +243,9 @@ tc_status_t tc_context_create(const tc_context_params_t *P,
       C->Opts.TrustedKeys.push_back(K);
     }
   }
+  // After exec_mode: the built-in ifunc is loaded the way messages will be.
+  if ((Mask & TC_CONTEXT_PARAM_FIELD_PREWARM) && P->prewarm)
+    C->Opts.Jit.Prewarm = C->Opts.Mode;
   *Out = C.release();
   return TC_OK;
 }
@@ -479,6 +482,7 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   S.sandbox_traps = C.SandboxTraps;
   S.mailbox_sent = T.MailboxSent;
   S.mailbox_received = T.MailboxReceived;
+  S.prewarm_ms = W->RT->jit().prewarmMillis().value_or(0);
   *Out = S;
   return TC_OK;
 }

@@ -20,6 +20,7 @@
 #include "llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h"
 #include "llvm/ExecutionEngine/Orc/MapperJITLinkMemoryManager.h"
 #include "llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h"
+#include "llvm/IR/IntrinsicInst.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/BLAKE3.h"
@@ -88,56 +89,116 @@ static void fixHostCpuFromMidr(JITTargetMachineBuilder &JTMB) {
 }
 
 namespace {
-/// Compiles modules to objects with one codegen pipeline, built once.
-/// ORC's compilers build a legacy pass manager with the whole codegen
-/// pipeline for every module; for an ifunc that construction is half of a
-/// JIT compile (scheduling ~150 passes, each setPreservesCFG() walking the
-/// pass registry), more than running the passes. The pipeline and its
-/// object streamer are made to be run again: every pass re-initialises per
-/// module, the streamer is reset when a module is finished (llc's
-/// -compile-twice runs one pass manager twice the same way). Compiles are
-/// serialised by a mutex: JitEngine is used from several threads.
-class ReusedPipelineCompiler : public IRCompileLayer::IRCompiler {
-public:
-  static Expected<std::unique_ptr<IRCompileLayer::IRCompiler>>
-  create(JITTargetMachineBuilder JTMB, ObjectCache *Cache) {
-    Expected<std::unique_ptr<TargetMachine>> TM = JTMB.createTargetMachine();
-    if (!TM)
-      return TM.takeError();
-    std::unique_ptr<ReusedPipelineCompiler> C(
-        new ReusedPipelineCompiler(std::move(*TM), Cache));
-    MCContext *Ctx;
-    if (C->TM->addPassesToEmitMC(C->PM, Ctx, C->OS))
-      return createStringError("the target cannot emit objects");
-    return std::move(C);
-  }
-
-  Expected<std::unique_ptr<MemoryBuffer>> operator()(Module &M) override {
-    std::lock_guard<std::mutex> L(Mu);
-    Out.clear(); // Moved from by the compile before.
-    PM.run(M);
-    auto Obj = std::make_unique<SmallVectorMemoryBuffer>(
-        std::move(Out), M.getModuleIdentifier() + "-jitted-objectbuffer",
-        /*RequiresNullTerminator=*/false);
-    if (Cache)
-      Cache->notifyObjectCompiled(&M, Obj->getMemBufferRef());
-    return std::move(Obj);
-  }
-
-private:
-  ReusedPipelineCompiler(std::unique_ptr<TargetMachine> T, ObjectCache *Cache)
-      : IRCompiler(irManglingOptionsFromTargetOptions(T->Options)),
-        TM(std::move(T)), Cache(Cache) {}
-
-  std::mutex Mu;
+/// One codegen pipeline, built once and run on many modules. ORC's
+/// compilers build a legacy pass manager with the whole codegen pipeline
+/// for every module; for an ifunc that construction is half of a JIT
+/// compile (scheduling ~150 passes, each setPreservesCFG() walking the pass
+/// registry), more than running the passes. The pipeline and its object
+/// streamer are made to be run again: every pass re-initialises per module,
+/// the streamer is reset when a module is finished (llc's -compile-twice
+/// runs one pass manager twice the same way).
+struct Pipeline {
   std::unique_ptr<TargetMachine> TM;
   SmallVector<char, 0> Out;
   raw_svector_ostream OS{Out}; ///< The pipeline writes objects here.
   /// Declared after what its passes refer to (TM, OS): destroyed first.
   legacy::PassManager PM;
-  ObjectCache *Cache;
+
+  static Expected<std::unique_ptr<Pipeline>>
+  create(JITTargetMachineBuilder &JTMB) {
+    Expected<std::unique_ptr<TargetMachine>> TM = JTMB.createTargetMachine();
+    if (!TM)
+      return TM.takeError();
+    auto P = std::make_unique<Pipeline>();
+    P->TM = std::move(*TM);
+    MCContext *Ctx;
+    if (P->TM->addPassesToEmitMC(P->PM, Ctx, P->OS))
+      return createStringError("the target cannot emit objects");
+    return std::move(P);
+  }
+
+  std::unique_ptr<MemoryBuffer> run(Module &M) {
+    Out.clear(); // Moved from by the compile before.
+    PM.run(M);
+    return std::make_unique<SmallVectorMemoryBuffer>(
+        std::move(Out), M.getModuleIdentifier() + "-jitted-objectbuffer",
+        /*RequiresNullTerminator=*/false);
+  }
 };
 } // namespace
+
+/// Compiles modules to objects with two codegen pipelines, each built
+/// once: -O0 (fast instruction selection and register allocation, a third
+/// of the passes) for small straight-line code, where it costs no run time
+/// (isSmallStraightLine), and -O2 for everything else. Compiles are
+/// serialised by a mutex: JitEngine is used from several threads.
+class ReusedPipelineCompiler : public IRCompileLayer::IRCompiler {
+public:
+  static Expected<std::unique_ptr<ReusedPipelineCompiler>>
+  create(JITTargetMachineBuilder JTMB, ObjectCache *Cache) {
+    JTMB.setCodeGenOptLevel(CodeGenOptLevel::Default);
+    Expected<std::unique_ptr<Pipeline>> Full = Pipeline::create(JTMB);
+    if (!Full)
+      return Full.takeError();
+    JTMB.setCodeGenOptLevel(CodeGenOptLevel::None);
+    Expected<std::unique_ptr<Pipeline>> Fast = Pipeline::create(JTMB);
+    if (!Fast)
+      return Fast.takeError();
+    return std::unique_ptr<ReusedPipelineCompiler>(
+        new ReusedPipelineCompiler(std::move(*Full), std::move(*Fast), Cache));
+  }
+
+  Expected<std::unique_ptr<MemoryBuffer>> operator()(Module &M) override {
+    std::lock_guard<std::mutex> L(Mu);
+    std::unique_ptr<MemoryBuffer> Obj =
+        (isSmallStraightLine(M) ? Fast : Full)->run(M);
+    if (Cache)
+      Cache->notifyObjectCompiled(&M, Obj->getMemBufferRef());
+    return std::move(Obj);
+  }
+
+  /// Compiles \p M with the -O0 pipeline whatever it holds, for the cache
+  /// of nobody: JitEngine::prewarm() runs a larger module through it than
+  /// the code it will compile, so that every path that code takes is warm.
+  std::unique_ptr<MemoryBuffer> compileFast(Module &M) {
+    std::lock_guard<std::mutex> L(Mu);
+    return Fast->run(M);
+  }
+
+private:
+  ReusedPipelineCompiler(std::unique_ptr<Pipeline> Full,
+                         std::unique_ptr<Pipeline> Fast, ObjectCache *Cache)
+      : IRCompiler(irManglingOptionsFromTargetOptions(Full->TM->Options)),
+        Full(std::move(Full)), Fast(std::move(Fast)), Cache(Cache) {}
+
+  std::mutex Mu;
+  std::unique_ptr<Pipeline> Full, Fast;
+  ObjectCache *Cache;
+};
+
+/// Code for which -O0 codegen is as good as -O2's: every defined function
+/// is one basic block, calls nothing but intrinsics that do not become
+/// library calls, and all of them together have at most 32 instructions.
+/// There -O2 has nothing to gain but a folded load (TSI: a load, an add and
+/// a store where -O2 adds to memory): no loop to optimise, no value live
+/// across blocks or calls for the fast register allocator to spill.
+bool isSmallStraightLine(const Module &M) {
+  unsigned Insts = 0;
+  for (const Function &F : M) {
+    if (F.isDeclaration())
+      continue;
+    if (F.size() != 1)
+      return false;
+    for (const Instruction &I : F.front()) {
+      if (++Insts > 32)
+        return false;
+      if (const auto *Call = dyn_cast<CallBase>(&I))
+        if (!isa<IntrinsicInst>(Call) || isa<MemIntrinsic>(Call))
+          return false;
+    }
+  }
+  return true;
+}
 
 Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
   std::call_once(InitTargets, [] {
@@ -191,14 +252,138 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
     E->Cache = std::make_unique<DiskObjectCache>(Opts.CacheDir);
   }
   ObjectCache *C = E->Cache.get();
-  B.setCompileFunctionCreator([C](JITTargetMachineBuilder JTMB) {
-    return ReusedPipelineCompiler::create(std::move(JTMB), C);
+  JitEngine *Raw = E.get();
+  B.setCompileFunctionCreator([C, Raw](JITTargetMachineBuilder JTMB)
+                                  -> Expected<std::unique_ptr<
+                                      IRCompileLayer::IRCompiler>> {
+    auto Compiler = ReusedPipelineCompiler::create(std::move(JTMB), C);
+    if (!Compiler)
+      return Compiler.takeError();
+    Raw->Compiler = Compiler->get(); // Owned by the engine's LLJIT.
+    return std::move(*Compiler);
   });
   Expected<std::unique_ptr<LLJIT>> J = B.create();
   if (!J)
     return J.takeError();
   E->J = std::move(*J);
+  if (Opts.Prewarm)
+    if (Error Err = E->prewarm(*Opts.Prewarm))
+      return std::move(Err);
   return std::move(E);
+}
+
+/// The first compile in a fresh process costs several times a later one:
+/// libLLVM's code and tables fault in page by page, and LLVM sets things up
+/// once (the subtarget for this CPU and features, the target's lowering
+/// tables, the zstd dictionary's digest, ...). Prewarming pays that here,
+/// at start, by taking a first contact's whole path with a real tc-cc
+/// module: the dictionary's bitcode for this architecture (a small ifunc,
+/// `tc_dict`) is written as a one-member archive, read back (decompression
+/// with the dictionary, digests, hash), selected, checked, parsed,
+/// compiled, linked and looked up in a JITDylib of its own, and unloaded.
+/// Nothing of it stays but what LLVM keeps per process anyway: no code, no
+/// disk-cache file (it neither reads nor fills the cache), no counter.
+Error JitEngine::prewarm(LoadMode Mode) {
+  auto Start = std::chrono::steady_clock::now();
+  auto Fail = [](Error E) {
+    return createStringError("prewarming the JIT: %s",
+                             toString(std::move(E)).c_str());
+  };
+  std::vector<DictionaryModule> Mods = builtinDictionaryModules();
+  llvm::Triple Host(Triple);
+  StringRef Arch = Host.getArchName();
+  const DictionaryModule *Pick = &Mods.front();
+  for (const DictionaryModule &D : Mods)
+    if (D.Arch == Arch)
+      Pick = &D;
+  Archive A;
+  A.Name = "tc_dict";
+  Member M;
+  M.Triple = llvm::Triple::normalize(Triple);
+  M.Image = Pick->Bitcode.str();
+  M.Compress = Compression::ZstdDict;
+  A.Members.push_back(std::move(M));
+  Expected<SmallString<0>> Bytes = writeArchive(A);
+  if (!Bytes)
+    return Fail(Bytes.takeError());
+  Expected<Archive> Read = readArchive(MemoryBufferRef(*Bytes, "prewarm"));
+  if (!Read)
+    return Fail(Read.takeError());
+  Prewarming = true;
+  Expected<const LoadedIfunc &> L = load(
+      *Read, Mode == LoadMode::Sandbox ? LoadMode::Sandbox : LoadMode::Bitcode);
+  Prewarming = false;
+  if (!L)
+    return Fail(L.takeError());
+  if (Error E = unload(Read->Hash))
+    return Fail(std::move(E));
+  // That module has a loop, so it took the -O2 pipeline. Small
+  // straight-line code (TSI) takes the -O0 one, whose paths are cold yet:
+  // run the same module through it, then link the object as an object
+  // member would be (a few dozen instructions of TSI's warm every path).
+  ThreadSafeContext TSCtx = context();
+  Expected<std::unique_ptr<Module>> Mod =
+      parse(Read->Members[0].Image, A.Name, TSCtx,
+            [](Module &) { return Error::success(); });
+  if (!Mod)
+    return Fail(Mod.takeError());
+  std::unique_ptr<MemoryBuffer> Obj = Compiler->compileFast(**Mod);
+  TSCtx.withContextDo([&](LLVMContext *) { Mod->reset(); });
+  Expected<JITDylib &> JD =
+      J->getExecutionSession().createJITDylib("tc_dict.prewarm");
+  if (!JD)
+    return Fail(JD.takeError());
+  Error E = J->addObjectFile(*JD, std::move(Obj));
+  if (!E)
+    E = J->lookup(*JD, "tc_dict_main").takeError();
+  if (Error Both = joinErrors(std::move(E),
+                              J->getExecutionSession().removeJITDylib(*JD)))
+    return Fail(std::move(Both));
+  PrewarmMillis = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - Start)
+                      .count();
+  return Error::success();
+}
+
+static void retargetToHost(Module &M, const DataLayout &DL,
+                           const std::string &Triple) {
+  M.setTargetTriple(llvm::Triple(Triple));
+  M.setDataLayout(DL);
+  for (Function &F : M) {
+    F.removeFnAttr("target-cpu");
+    F.removeFnAttr("target-features");
+    F.removeFnAttr("tune-cpu");
+  }
+}
+
+ThreadSafeContext JitEngine::context() {
+  std::lock_guard<std::mutex> L(Mutex);
+  if (++ContextModules > MaxModulesPerContext || !Context.withContextDo(
+          [](LLVMContext *C) { return C != nullptr; })) {
+    Context = ThreadSafeContext(std::make_unique<LLVMContext>());
+    ContextModules = 1;
+  }
+  return Context;
+}
+
+Expected<std::unique_ptr<Module>>
+JitEngine::parse(StringRef Bitcode, StringRef Name, ThreadSafeContext &TSCtx,
+                 function_ref<Error(Module &)> Prepare) {
+  // Everything that touches the module holds the context's lock: other
+  // loads may parse into the same context meanwhile.
+  return TSCtx.withContextDo(
+      [&](LLVMContext *Ctx) -> Expected<std::unique_ptr<Module>> {
+        Expected<std::unique_ptr<Module>> Mod =
+            parseBitcodeFile(MemoryBufferRef(Bitcode, Name), *Ctx);
+        if (!Mod)
+          return createStringError("ifunc '%s': bad bitcode: %s",
+                                   Name.str().c_str(),
+                                   toString(Mod.takeError()).c_str());
+        retargetToHost(**Mod, J->getDataLayout(), Triple);
+        if (Error E = Prepare(**Mod))
+          return std::move(E);
+        return Mod;
+      });
 }
 
 JitEngine::~JitEngine() {
@@ -300,7 +485,8 @@ std::string JitEngine::cacheKey(const Archive &A, const Member &M,
     H.update(ArrayRef<uint8_t>(Len, 8));
     H.update(S);
   };
-  Field("tc-object-cache-v1");
+  // v2: small straight-line code is compiled at -O0 (ReusedPipelineCompiler).
+  Field("tc-object-cache-v2");
   Field(StringRef(reinterpret_cast<const char *>(A.Hash.data()),
                   A.Hash.size()));
   Field(roleName(M.TheRole));
@@ -353,7 +539,13 @@ std::unique_ptr<MemoryBuffer> DiskObjectCache::getObject(StringRef Key) {
 
 void DiskObjectCache::notifyObjectCompiled(const Module *M,
                                            MemoryBufferRef Obj) {
-  std::string Final = pathFor(M->getModuleIdentifier());
+  // JitEngine::compile() names every module it wants cached by its key (64
+  // lowercase hex digits); others (the prewarm module) are not kept.
+  StringRef Key = M->getModuleIdentifier();
+  if (Key.size() != 64 ||
+      Key.find_first_not_of("0123456789abcdef") != StringRef::npos)
+    return;
+  std::string Final = pathFor(Key);
   SmallString<256> Tmp;
   int FD;
   if (sys::fs::createUniqueFile(Final + ".tmp-%%%%%%%%", FD, Tmp))
@@ -369,16 +561,6 @@ void DiskObjectCache::notifyObjectCompiled(const Module *M,
   }
 }
 
-static void retargetToHost(Module &M, const DataLayout &DL,
-                           const std::string &Triple) {
-  M.setTargetTriple(llvm::Triple(Triple));
-  M.setDataLayout(DL);
-  for (Function &F : M) {
-    F.removeFnAttr("target-cpu");
-    F.removeFnAttr("target-features");
-    F.removeFnAttr("tune-cpu");
-  }
-}
 
 Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
                                          JITDylib &JD, bool Sandbox) {
@@ -388,7 +570,7 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
   // cache (notifyObjectCompiled, under the same key).
   std::string Key;
   std::unique_ptr<MemoryBuffer> Cached;
-  if (Cache && M.Kind == ImageKind::Bitcode) {
+  if (Cache && M.Kind == ImageKind::Bitcode && !Prewarming) {
     Key = cacheKey(A, M, Sandbox);
     Cached = static_cast<DiskObjectCache &>(*Cache).getObject(Key);
   }
@@ -407,25 +589,25 @@ Expected<LoadedIfunc> JitEngine::compile(const Archive &A, const Member &M,
     if (Error E = J->addObjectFile(JD, std::move(Cached)))
       return std::move(E);
   } else if (M.Kind == ImageKind::Bitcode) {
-    auto Ctx = std::make_unique<LLVMContext>();
+    ThreadSafeContext TSCtx = context();
     Expected<std::unique_ptr<Module>> Mod =
-        parseBitcodeFile(MemoryBufferRef(M.Image, A.Name), *Ctx);
+        parse(M.Image, A.Name, TSCtx, [&](Module &Mod) -> Error {
+          if (Sandbox)
+            if (Error E = sandboxModule(Mod, Opts.Sandbox))
+              return make_error<LoadError>(
+                  LoadFailure::PolicyRefused,
+                  formatv("ifunc '{0}' ({1}): the sandbox refuses it: {2}",
+                          A.Name, toHex(A.Hash).substr(0, 16),
+                          toString(std::move(E)))
+                      .str());
+          if (!Key.empty())
+            Mod.setModuleIdentifier(Key);
+          return Error::success();
+        });
     if (!Mod)
-      return createStringError("ifunc '%s': bad bitcode: %s", A.Name.c_str(),
-                               toString(Mod.takeError()).c_str());
-    retargetToHost(**Mod, J->getDataLayout(), Triple);
-    if (Sandbox)
-      if (Error E = sandboxModule(**Mod, Opts.Sandbox))
-        return make_error<LoadError>(
-            LoadFailure::PolicyRefused,
-            formatv("ifunc '{0}' ({1}): the sandbox refuses it: {2}", A.Name,
-                    toHex(A.Hash).substr(0, 16),
-                    toString(std::move(E)))
-                .str());
-    if (Cache)
-      (*Mod)->setModuleIdentifier(Key);
+      return Mod.takeError();
     if (Error E = J->addIRModule(
-            JD, ThreadSafeModule(std::move(*Mod), std::move(Ctx))))
+            JD, ThreadSafeModule(std::move(*Mod), std::move(TSCtx))))
       return std::move(E);
   } else {
     if (Error E = J->addObjectFile(

@@ -25,10 +25,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
 namespace tc {
+
+class ReusedPipelineCompiler;
 
 /// Why a load failed, for callers that report it on the wire.
 enum class LoadFailure : uint8_t {
@@ -101,6 +104,13 @@ struct JitOptions {
   std::string CacheDir;
   /// What sandboxed code may call (LoadMode::Sandbox).
   SandboxOptions Sandbox;
+  /// Set: create() takes the path of a first contact once, with a built-in
+  /// ifunc it then unloads, so that the first real load finds libLLVM's
+  /// code paged in and LLVM's one-time set-up done. The value is the mode
+  /// loads will use: Sandbox instruments the built-in module as those loads
+  /// would; every other mode compiles it from bitcode (which also warms the
+  /// link that Object loads take).
+  std::optional<LoadMode> Prewarm;
 };
 
 class JitEngine {
@@ -126,13 +136,19 @@ public:
   llvm::Error unload(const ArchiveHash &Hash, Role R = Role::Target);
 
   size_t size() const;
+  /// Modules parsed into one LLVMContext before a fresh one replaces it.
+  static constexpr unsigned MaxModulesPerContext = 256;
   const std::string &triple() const { return Triple; }
   const std::string &cpu() const { return CPU; }
   /// The target features code is generated with (+a,-b,...).
   const std::string &features() const { return HostFeatures; }
+  /// How long create() spent prewarming (JitOptions::Prewarm); empty when
+  /// it did not.
+  std::optional<double> prewarmMillis() const { return PrewarmMillis; }
 
 private:
   JitEngine() = default;
+  llvm::Error prewarm(LoadMode Mode);
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
                                       llvm::orc::JITDylib &JD, bool Sandbox);
   using Key = std::pair<ArchiveHash, Role>;
@@ -141,10 +157,31 @@ private:
   llvm::Error addDeps(llvm::ArrayRef<std::string> Deps, llvm::StringRef Name,
                       llvm::orc::JITDylib &JD);
 
+  /// The context modules are parsed into, shared by successive compiles:
+  /// making and tearing down an LLVMContext per module was a twelfth of a
+  /// small ifunc's JIT. What LLVM uniques in a context (types, constants,
+  /// metadata) outlives the modules, so a fresh one replaces it after
+  /// MaxModulesPerContext modules; a module keeps its own alive until it is
+  /// compiled.
+  llvm::orc::ThreadSafeContext context();
+  llvm::orc::ThreadSafeContext Context; ///< Guarded by Mutex.
+  unsigned ContextModules = 0;          ///< Guarded by Mutex.
+  /// Parses \p Bitcode into \p TSCtx, retargets it to this host and runs
+  /// \p Prepare on it, all under the context's lock.
+  llvm::Expected<std::unique_ptr<llvm::Module>>
+  parse(llvm::StringRef Bitcode, llvm::StringRef Name,
+        llvm::orc::ThreadSafeContext &TSCtx,
+        llvm::function_ref<llvm::Error(llvm::Module &)> Prepare);
+  ReusedPipelineCompiler *Compiler = nullptr; ///< Owned by J.
+
   std::unique_ptr<llvm::ObjectCache> Cache; ///< Before J: J uses it.
   std::unique_ptr<llvm::orc::LLJIT> J;
   std::string Triple, CPU;
   JitOptions Opts;
+  std::optional<double> PrewarmMillis;
+  /// Set only while create() prewarms, before anyone else has the engine:
+  /// the built-in ifunc neither reads nor fills the disk cache.
+  bool Prewarming = false;
   mutable std::mutex Mutex;
   struct Entry {
     LoadedIfunc Info;
@@ -174,6 +211,13 @@ public:
 private:
   std::string Dir;
 };
+
+/// True when \p M is compiled at -O0 rather than -O2: every function it
+/// defines is one basic block, calls only intrinsics that do not become
+/// library calls, and they have at most 32 instructions in all. For such
+/// code -O0 is as fast to run (TSI: a load, an add and a store instead of
+/// an add to memory) and a third cheaper to compile.
+bool isSmallStraightLine(const llvm::Module &M);
 
 /// Checks that each of \p Symbols resolves in this process or in one of the
 /// already-loaded libraries \p Deps; names the first that does not.

@@ -280,6 +280,7 @@ enum CapKey : uint8_t {
   CapFeatures = 6,     ///< text
   CapKinds = 7,        ///< 1 byte: bit 0 runs bitcode, bit 1 runs objects
   CapDictionaries = 8, ///< text: dictionary ids joined by '\n'
+  CapArchive = 9,      ///< 2 bytes: lowest, highest archive format read
 };
 constexpr uint8_t CapRecordVersion = 1;
 } // namespace
@@ -311,6 +312,8 @@ std::string encodeCapabilities(const Capabilities &C) {
       Ids += (Ids.empty() ? "" : "\n") + D;
     putRecord(Out, CapDictionaries, Ids);
   }
+  char Archive[2] = {char(C.ArchiveMin), char(C.ArchiveMax)};
+  putRecord(Out, CapArchive, StringRef(Archive, 2));
   return Out;
 }
 
@@ -335,6 +338,7 @@ Expected<Capabilities> decodeCapabilities(StringRef B) {
                             uint8_t(B[0]), CapRecordVersion));
   Capabilities C;
   C.RunsBitcode = C.RunsObjects = false;
+  C.ArchiveMin = C.ArchiveMax = 2; // What a peer that does not say reads.
   unsigned Last = 0; // keys ascend strictly: one encoding, no duplicates
   bool HaveWire = false, HaveTriple = false, HaveKinds = false;
   for (size_t Off = 1; Off < B.size();) {
@@ -367,6 +371,12 @@ Expected<Capabilities> decodeCapabilities(StringRef B) {
       C.RunsBitcode = V[0] & 1;
       C.RunsObjects = V[0] & 2;
       HaveKinds = true;
+      break;
+    case CapArchive:
+      if (Len != 2 || V[0] == 0 || uint8_t(V[0]) > uint8_t(V[1]))
+        return badHello("archive versions are not 2 bytes low <= high");
+      C.ArchiveMin = uint8_t(V[0]);
+      C.ArchiveMax = uint8_t(V[1]);
       break;
     case CapDictionaries: {
       if (!isPlainText(V, /*AllowNewline=*/true) || V.empty())

@@ -270,6 +270,9 @@ struct Capabilities {
   bool RunsBitcode = true, RunsObjects = true;
   /// Compression dictionaries this process can decode, by id.
   std::vector<std::string> Dictionaries;
+  /// The archive format versions this process reads (tc.version); a peer
+  /// whose Hello does not say reads version 2 only.
+  uint8_t ArchiveMin = OldestArchiveVersion, ArchiveMax = ArchiveVersion;
 };
 
 /// Encodes \p C as a Hello body.

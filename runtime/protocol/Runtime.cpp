@@ -282,15 +282,21 @@ StringRef Runtime::shippedBytes(const Ifunc &F, const Conn &S) {
     consumeError(Pick.takeError());
     return F.Bytes;
   }
-  auto [It, New] = ShippedFor.try_emplace(
-      std::make_tuple(F.Hash, memberDigest(**Pick), S.Peer->Dictionaries));
+  // The newest archive format both read (a peer from before format 3 did
+  // not say, and reads 2); with none in common it gets the file as it is
+  // and says what it cannot read.
+  unsigned Version = std::min<unsigned>(S.Peer->ArchiveMax, ArchiveVersion);
+  if (Version < std::max<unsigned>(S.Peer->ArchiveMin, OldestArchiveVersion))
+    return F.Bytes;
+  auto [It, New] = ShippedFor.try_emplace(std::make_tuple(
+      F.Hash, memberDigest(**Pick), S.Peer->Dictionaries, Version));
   if (New) {
     Archive Thin =
         thinArchive(F.Parsed, [&](const Member &M) { return &M == *Pick; });
     // A member compressed with a dictionary the peer lacks goes as plain
     // zstd: same hash, a few hundred bytes more.
     withoutDictionaries(Thin, S.Peer->Dictionaries, Compression::Zstd);
-    Expected<SmallString<0>> Out = writeArchive(Thin);
+    Expected<SmallString<0>> Out = writeArchive(Thin, Version);
     if (!Out) { // Cannot happen: it was read from a valid archive.
       consumeError(Out.takeError());
       ShippedFor.erase(It);

@@ -519,8 +519,10 @@ private:
   RuntimeOptions Opts;
   std::shared_ptr<JitEngine> Jit;
   Capabilities Self;
-  /// Thin copies shipped to peers, by identity and the member chosen.
-  std::map<std::tuple<ArchiveHash, MemberDigest, std::vector<std::string>>,
+  /// Thin copies shipped to peers, by identity, the member chosen, the
+  /// peer's dictionaries and the archive format written.
+  std::map<std::tuple<ArchiveHash, MemberDigest, std::vector<std::string>,
+                      unsigned>,
            std::string>
       ShippedFor;
   std::map<std::string, std::shared_ptr<const Ifunc>> Registered;

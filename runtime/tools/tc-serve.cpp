@@ -64,6 +64,9 @@ OPTIONS:
                        sandbox mode it is stopped (a 'sandbox trap' error);
                        otherwise tc-serve names the ifunc and exits 1, as
                        code without the sandbox cannot be interrupted safely
+  --no-prewarm         Do not take a first contact's path at start with a
+                       built-in ifunc (by default tc-serve does, so that its
+                       first message's compile costs what a later one does)
   --ifunc-path DIRS    Load every NAME.tcfb in these ':'-separated
                        directories at start, so their first messages find
                        the code ready (no JIT on first contact)
@@ -230,7 +233,7 @@ int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
-  bool Verbose = false, Pmix = false;
+  bool Verbose = false, Pmix = false, Prewarm = true;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
@@ -240,6 +243,8 @@ int main(int argc, char **argv) {
       Verbose = true;
     } else if (A == "--pmix") {
       Pmix = true;
+    } else if (A == "--no-prewarm") {
+      Prewarm = false;
     } else if (takeOption(argc, argv, I, "--listen", Listen, OptError) ||
                takeOption(argc, argv, I, "--region-size", RegionSize, OptError) ||
                takeOption(argc, argv, I, "--allow", Allow, OptError) ||
@@ -325,6 +330,8 @@ int main(int argc, char **argv) {
   Opts.Region = Region.get();
   Opts.RegionSize = Size;
   Opts.Sandbox.TargetArgsSize = Size;
+  if (Prewarm)
+    Opts.Jit.Prewarm = Opts.Mode;
 
   auto T = createUcxTransport();
   if (!T)
@@ -339,6 +346,8 @@ int main(int argc, char **argv) {
     R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
     outs() << "tc-serve: running " << R.jit().triple() << " code for cpu "
            << R.jit().cpu() << "\n";
+    if (std::optional<double> Ms = R.jit().prewarmMillis())
+      outs() << formatv("tc-serve: prewarmed the JIT ({0:f2} ms)\n", *Ms);
   }
   if (!IfuncPath.empty())
     if (Error E = preloadIfuncs(R, IfuncPath))

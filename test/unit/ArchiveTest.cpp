@@ -5,6 +5,8 @@
 #include "llvm/Support/Compression.h"
 #include "llvm/Support/Endian.h"
 
+#include <zstd.h>
+
 #include "gtest/gtest.h"
 
 #include <random>
@@ -96,17 +98,61 @@ TEST(ArchiveRoundTrip, RandomizedWriteReadPreservesEverything) {
   std::mt19937_64 Rng(20261123);
   for (int Iter = 0; Iter < 300; ++Iter) {
     Archive A = randomArchive(Rng);
-    llvm::Expected<llvm::SmallString<0>> Bytes = writeArchive(A);
+    // Every version this build writes (and reads) carries the same archive.
+    unsigned Version = OldestArchiveVersion + Iter % 2;
+    llvm::Expected<llvm::SmallString<0>> Bytes = writeArchive(A, Version);
     ASSERT_TRUE(!!Bytes) << llvm::toString(Bytes.takeError());
     EXPECT_EQ(Bytes->size() % 8, 0u);
     llvm::Expected<Archive> B = read(*Bytes);
     ASSERT_TRUE(!!B) << llvm::toString(B.takeError());
     expectSameContents(A, *B);
+    EXPECT_EQ(B->FormatVersion, Version);
     // Writing what was read gives the same bytes back.
-    llvm::Expected<llvm::SmallString<0>> Again = writeArchive(*B);
+    llvm::Expected<llvm::SmallString<0>> Again = writeArchive(*B, Version);
     ASSERT_TRUE(!!Again);
     EXPECT_EQ(Bytes->str(), Again->str());
   }
+}
+
+TEST(ArchiveFormat, VersionsTwoAndThreeCarryTheSameArchive) {
+  Archive Full;
+  Full.Name = "v";
+  Full.Deps = {"libm.so.6"};
+  Full.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], ""),
+                  makeMember(Triples[0], "", ImageKind::Bitcode,
+                             Role::Source)};
+  for (Member &M : Full.Members)
+    M.Compress = Compression::ZstdDict;
+  ASSERT_TRUE(!!writeArchive(Full));
+  llvm::Expected<SecretKey> K = generateKey();
+  ASSERT_TRUE(!!K);
+  ASSERT_FALSE(!!signArchive(Full, *K));
+  Archive Thin = thinArchive(
+      Full, [](const Member &M) { return M.Triple == Triples[1]; });
+  ASSERT_EQ(Thin.Omitted.size(), 2u);
+  for (const Archive &A : {Full, Thin}) {
+    Archive A2 = A, A3 = A;
+    auto V2 = writeArchive(A2, 2), V3 = writeArchive(A3, 3);
+    ASSERT_TRUE(V2 && V3);
+    // Format 3 saves the hex of the hash and of every omitted digest (and
+    // each compressed member's tc.size).
+    EXPECT_LT(V3->size() + 64 * A.Omitted.size(), V2->size());
+    for (llvm::StringRef Bytes : {V2->str(), V3->str()}) {
+      llvm::Expected<Archive> R = read(Bytes);
+      ASSERT_TRUE(!!R) << llvm::toString(R.takeError());
+      expectSameContents(A, *R);
+      EXPECT_EQ(R->Hash, Full.Hash);
+      EXPECT_EQ(R->Omitted, A.Omitted);
+      ASSERT_EQ(R->Signatures.size(), 1u);
+      EXPECT_FALSE(!!checkSignatures(*R, {K->Public}));
+    }
+  }
+  EXPECT_EQ(llvm::toString(writeArchive(Full, 4).takeError()),
+            "cannot write tc archive version 4 (this writer knows 2 to 3)");
+  llvm::Expected<llvm::SmallString<0>> V1 = writeArchive(Full, 1);
+  EXPECT_FALSE(!!V1);
+  if (!V1)
+    llvm::consumeError(V1.takeError());
 }
 
 TEST(ArchiveRoundTrip, MemberOrderDoesNotChangeBytesOrHash) {
@@ -338,6 +384,20 @@ TEST(ArchiveDictionary, IdIsSixteenHexDigitsAndListed) {
   EXPECT_FALSE(haveDictionary("0123456789abcdef"));
 }
 
+TEST(ArchiveDictionary, ModulesAreTheDictionarysBitcodeFilesInOrder) {
+  std::vector<DictionaryModule> Mods = builtinDictionaryModules();
+  ASSERT_EQ(Mods.size(), 2u);
+  EXPECT_EQ(Mods[0].Arch, "x86_64");
+  EXPECT_EQ(Mods[1].Arch, "aarch64");
+  size_t Total = 0;
+  for (const DictionaryModule &M : Mods) {
+    EXPECT_TRUE(M.Bitcode.starts_with("BC\xC0\xDE")) << M.Arch.str();
+    Total += M.Bitcode.size();
+  }
+  EXPECT_EQ(Total, builtinDictionarySize());
+  EXPECT_EQ(Mods[1].Bitcode.data(), Mods[0].Bitcode.end());
+}
+
 TEST(ArchiveDictionary, RoundTripRecordsTheIdAndKeepsTheHash) {
   Archive A;
   A.Name = "d";
@@ -353,6 +413,60 @@ TEST(ArchiveDictionary, RoundTripRecordsTheIdAndKeepsTheHash) {
   expectSameContents(A, *R);
   for (const Member &M : R->Members)
     EXPECT_EQ(M.DictId, builtinDictionaryId());
+}
+
+TEST(ArchiveDictionary, ARewriteStoresTheFramesItReadAgain) {
+  Archive A;
+  A.Name = "r";
+  A.Members = {makeMember(Triples[0], ""), makeMember(Triples[1], "")};
+  A.Members[0].Image += std::string(2000, 'a');
+  A.Members[1].Image += std::string(2000, 'b');
+  A.Members[0].Compress = Compression::ZstdDict;
+  if (llvm::compression::zstd::isAvailable())
+    A.Members[1].Compress = Compression::Zstd;
+  auto Bytes = writeArchive(A);
+  ASSERT_TRUE(!!Bytes);
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R);
+  auto StoredOf = [](llvm::StringRef Bytes, const Member &M) {
+    return Bytes.substr(M.Layout.Offset + M.Layout.ImageOffset,
+                        M.Layout.ImageSize)
+        .str();
+  };
+  for (const Member &M : R->Members)
+    if (M.Compress != Compression::None)
+      EXPECT_EQ(M.Stored, StoredOf(*Bytes, M));
+  // Canonical order put aarch64 (Triples[1]) first: the dictionary member
+  // (Triples[0]) is member 1.
+  const Member &Dict = R->Members[1];
+  ASSERT_EQ(Dict.Compress, Compression::ZstdDict);
+  // A thin copy, and one in format 2, carry the very frame read.
+  for (unsigned Version : {3u, 2u}) {
+    Archive Thin = thinArchive(
+        *R, [](const Member &M) { return M.Triple == Triples[0]; });
+    auto ThinBytes = writeArchive(Thin, Version);
+    ASSERT_TRUE(!!ThinBytes);
+    llvm::Expected<Archive> T = read(*ThinBytes);
+    ASSERT_TRUE(!!T) << llvm::toString(T.takeError());
+    EXPECT_EQ(StoredOf(*ThinBytes, T->Members[0]), StoredOf(*Bytes, Dict));
+  }
+  // A changed image, or other storage, is compressed anew: what is read
+  // back is the changed member.
+  Archive Changed = *R;
+  Changed.Members[1].Image += "more";
+  auto ChangedBytes = writeArchive(Changed);
+  ASSERT_TRUE(!!ChangedBytes);
+  llvm::Expected<Archive> C = read(*ChangedBytes);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  EXPECT_EQ(C->Members[1].Image, Changed.Members[1].Image);
+  Archive Plain = *R;
+  withoutDictionaries(Plain, {});
+  auto PlainBytes = writeArchive(Plain);
+  ASSERT_TRUE(!!PlainBytes);
+  llvm::Expected<Archive> P = read(*PlainBytes);
+  ASSERT_TRUE(!!P) << llvm::toString(P.takeError());
+  EXPECT_EQ(P->Members[1].Compress, Compression::None);
+  EXPECT_EQ(P->Members[1].Image, Dict.Image);
 }
 
 TEST(ArchiveDictionary, UnknownIdIsATypedErrorNamingIt) {
@@ -497,14 +611,66 @@ TEST(ArchiveReader, DecompressionBombIsRefused) {
   A.Members = {makeMember(Triples[0], "")};
   A.Members[0].Image += std::string(1 << 20, 'x');
   A.Members[0].Compress = Compression::Zstd;
+  // The size comes from tc.size (version 2) or from the frame (3).
+  for (unsigned Version : {2u, 3u}) {
+    auto Bytes = writeArchive(A, Version);
+    ASSERT_TRUE(!!Bytes);
+    EXPECT_LT(Bytes->size(), 4096u);
+    ReadOptions O;
+    O.MaxImageSize = 4096;
+    llvm::Expected<Archive> R =
+        readArchive(llvm::MemoryBufferRef(*Bytes, "b"), O);
+    std::string E = errorOf(std::move(R));
+    EXPECT_NE(E.find("exceeds the limit of 4096 bytes"), std::string::npos)
+        << E;
+  }
+}
+
+TEST(ArchiveReader, Version3CompressedImageIsOneFrameThatStatesItsSize) {
+  if (!llvm::compression::zstd::isAvailable())
+    GTEST_SKIP() << "LLVM without zstd";
+  Archive A;
+  A.Name = "f";
+  A.Members = {makeMember(Triples[0], "")};
+  A.Members[0].Image += std::string(3000, 'y');
+  A.Members[0].Compress = Compression::Zstd;
   auto Bytes = writeArchive(A);
   ASSERT_TRUE(!!Bytes);
-  EXPECT_LT(Bytes->size(), 4096u);
-  ReadOptions O;
-  O.MaxImageSize = 4096;
-  llvm::Expected<Archive> R = readArchive(llvm::MemoryBufferRef(*Bytes, "b"), O);
-  std::string E = errorOf(std::move(R));
-  EXPECT_NE(E.find("exceeds the limit of 4096 bytes"), std::string::npos) << E;
+  llvm::Expected<Archive> R = read(*Bytes);
+  ASSERT_TRUE(!!R);
+  const BinaryLayout &L = R->Members[0].Layout;
+  uint64_t Image = L.Offset + L.ImageOffset, SizeField = L.Offset +
+                                                         L.EntryOffset + 32;
+  std::string Good = Bytes->str().str();
+  // The same image, as a frame without its content size.
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx *)> C(ZSTD_createCCtx(),
+                                                         ZSTD_freeCCtx);
+  ASSERT_FALSE(ZSTD_isError(
+      ZSTD_CCtx_setParameter(C.get(), ZSTD_c_contentSizeFlag, 0)));
+  ASSERT_FALSE(ZSTD_isError(ZSTD_CCtx_setParameter(
+      C.get(), ZSTD_c_compressionLevel, ZSTD_maxCLevel())));
+  std::string Frame(L.ImageSize + 64, '\0');
+  size_t N = ZSTD_compress2(C.get(), Frame.data(), Frame.size(),
+                            A.Members[0].Image.data(),
+                            A.Members[0].Image.size());
+  ASSERT_FALSE(ZSTD_isError(N));
+  ASSERT_LE(N, L.ImageSize);
+  std::string NoSize = Good;
+  NoSize.replace(Image, N, Frame.substr(0, N));
+  llvm::support::endian::write64le(&NoSize[SizeField], N);
+  EXPECT_EQ(errorOf(read(NoSize)),
+            "member 0: the zstd frame does not state its content size");
+  // A frame cut short.
+  std::string Cut = Good;
+  llvm::support::endian::write64le(&Cut[SizeField], L.ImageSize - 1);
+  EXPECT_NE(errorOf(read(Cut)).find("member 0: stored image of " +
+                                    std::to_string(L.ImageSize - 1) +
+                                    " bytes is not one whole zstd frame"),
+            std::string::npos);
+  // Not a frame at all.
+  std::string Junk = Good;
+  Junk[Image] ^= 0xff;
+  EXPECT_EQ(errorOf(read(Junk)), "member 0: stored image is not a zstd frame");
 }
 
 TEST(ArchiveValidate, NamesDepsAndMembers) {

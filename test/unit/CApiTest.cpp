@@ -373,6 +373,59 @@ TEST(CApi, SendFlushAndStats) {
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, PrewarmHappensWhenAskedAndChangesNothingElse) {
+  uint64_t Counter = 0;
+  for (int Ask : {-1, 0, 1}) { // -1: the field is not set.
+    SCOPED_TRACE(Ask);
+    tc_context_params_t CP;
+    CP.field_mask = 0;
+    if (Ask >= 0) {
+      CP.field_mask = TC_CONTEXT_PARAM_FIELD_PREWARM;
+      CP.prewarm = Ask;
+    }
+    tc_context_h Ctx;
+    ASSERT_EQ(tc_context_create(&CP, &Ctx), TC_OK);
+    tc_worker_params_t WP;
+    WP.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS;
+    WP.target_args = &Counter;
+    tc_worker_h T;
+    ASSERT_EQ(tc_worker_create(Ctx, &WP, &T), TC_OK);
+    tc_worker_stats_t St;
+    ASSERT_EQ(tc_worker_query_stats(T, &St), TC_OK);
+    if (Ask == 1)
+      EXPECT_GT(St.prewarm_ms, 0.0);
+    else
+      EXPECT_EQ(St.prewarm_ms, 0.0);
+    EXPECT_EQ(St.compiles, 0u); // The built-in ifunc is not counted...
+    if (Ask != 1) {
+      tc_worker_destroy(T);
+      tc_context_destroy(Ctx);
+      continue;
+    }
+    uint16_t Port;
+    ASSERT_EQ(tc_worker_listen(T, "127.0.0.1", 0, &Port), TC_OK);
+    Worker Source;
+    tc_ep_h Ep;
+    ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Port, &Ep), TC_OK);
+    tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add")));
+    ASSERT_TRUE(F);
+    uint64_t Arg = 2;
+    tc_msg_h M;
+    ASSERT_EQ(tc_msg_create(F, &Arg, sizeof(Arg), &M), TC_OK);
+    uint64_t Want = Counter + 2;
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+    ASSERT_TRUE(runUntil({Source.W, T}, [&] { return Counter == Want; }));
+    ASSERT_EQ(tc_worker_query_stats(T, &St), TC_OK);
+    EXPECT_EQ(St.compiles, 1u); // ...nor left loaded: the first message
+    EXPECT_EQ(St.code_frames, 1u); // compiles its own code as before.
+    tc_msg_free(M);
+    tc_ifunc_deregister(F);
+    tc_ep_destroy(Ep);
+    tc_worker_destroy(T);
+    tc_context_destroy(Ctx);
+  }
+}
+
 TEST(CApi, LocalFunctionBaseline) {
   uint64_t Counter = 0;
   Worker Target(&Counter), Source;

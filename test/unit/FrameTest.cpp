@@ -416,6 +416,15 @@ TEST(Hello, CapabilitiesRoundTripAndUnknownKeysAreSkipped) {
   auto D = decodeCapabilities(B);
   ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
   EXPECT_EQ(encodeCapabilities(*D), B);
+  EXPECT_EQ(D->ArchiveMin, OldestArchiveVersion);
+  EXPECT_EQ(D->ArchiveMax, ArchiveVersion);
+  // Without the archive record (the last, 5 bytes: key 9, length 2, low,
+  // high), as from a tc before format 3: it reads format 2 only.
+  ASSERT_EQ(B.substr(B.size() - 5, 3), std::string("\x09\x02\x00", 3));
+  auto Before = decodeCapabilities(B.substr(0, B.size() - 5));
+  ASSERT_TRUE(!!Before) << llvm::toString(Before.takeError());
+  EXPECT_EQ(Before->ArchiveMin, 2u);
+  EXPECT_EQ(Before->ArchiveMax, 2u);
   EXPECT_EQ(describeCapabilities(*D),
             "aarch64-unknown-linux-gnu cpu=neoverse-n1 (tc 0.1.0, LLVM "
             "22.1.8, wire 1-2, bitcode only)");
@@ -451,8 +460,17 @@ TEST(Hello, MalformedCapabilityRecordsAreRefused) {
   EXPECT_TRUE(Refused("", "empty capability record"));
   EXPECT_TRUE(Refused(std::string("\x02", 1) + B.substr(1),
                       "capability record version 2"));
+  // Every cut but the one before the last, optional record (archive
+  // versions, 5 bytes) leaves a record cut short or a required one out.
   for (size_t Cut = 2; Cut < B.size(); ++Cut)
-    EXPECT_TRUE(Refused(B.substr(0, Cut), "malformed hello")) << Cut;
+    if (Cut != B.size() - 5)
+      EXPECT_TRUE(Refused(B.substr(0, Cut), "malformed hello")) << Cut;
+  // Archive versions low > high, or 0.
+  for (const char *V : {"\x03\x02", "\x00\x03"}) {
+    std::string Arch = B;
+    Arch.replace(B.size() - 2, 2, V, 2);
+    EXPECT_TRUE(Refused(Arch, "archive versions")) << int(V[0]);
+  }
   // The wire record again after the others: keys must ascend.
   EXPECT_TRUE(Refused(B + std::string("\x01\x02\x00\x01\x01", 5),
                       "keys ascend"));

@@ -90,9 +90,9 @@ define void @%s_main(ptr %%p, i64 %%n, ptr %%t) {
 TEST(Jit, OneCodegenPipelineCompilesManyModulesFromTwoThreads) {
   // The engine builds its codegen pipeline once and runs it on every
   // module: nothing of one compile may leak into the next. The modules
-  // differ in a global, a loop's trip count and their symbols; each comes
-  // from its own LLVMContext; two threads compile at once, and every other
-  // identity is unloaded again.
+  // differ in a global, a loop's trip count and their symbols; they are
+  // parsed into the engine's shared LLVMContext; two threads compile at
+  // once, and every other identity is unloaded again.
   auto E = engine();
   ASSERT_TRUE(E);
   const char *Fmt = R"(
@@ -112,10 +112,22 @@ loop:
 done:
   ret void
 })";
+  // Every third module is straight-line code, which the -O0 pipeline
+  // compiles (isSmallStraightLine): the two pipelines take turns.
+  const char *Straight = R"(
+@k = internal global i64 %d
+define void @m%d_main(ptr %%p, i64 %%n, ptr %%t) {
+  %%k = load i64, ptr @k
+  %%m = mul i64 %%k, %d
+  %%v = load i64, ptr %%t
+  %%w = add i64 %%v, %%m
+  store i64 %%w, ptr %%t
+  ret void
+})";
   auto Run = [&](int First) {
     for (int I = First; I < First + 24; ++I) {
       char IR[1024];
-      snprintf(IR, sizeof IR, Fmt, I + 1, I, I % 5 + 1);
+      snprintf(IR, sizeof IR, I % 3 ? Fmt : Straight, I + 1, I, I % 5 + 1);
       Archive A = makeArchive("m" + std::to_string(I), IR);
       auto L = E->load(A);
       ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
@@ -130,6 +142,76 @@ done:
   Run(0);
   Other.join();
   EXPECT_EQ(E->size(), 24u);
+}
+
+TEST(Jit, ModulesShareAContextThatIsReplacedInTime) {
+  // More modules than one context takes: the engine replaces its context
+  // twice, while code compiled in the older ones stays loaded and runs.
+  auto E = engine();
+  ASSERT_TRUE(E);
+  std::vector<Archive> Kept;
+  for (unsigned I = 0; I < 2 * JitEngine::MaxModulesPerContext + 2; ++I) {
+    std::string IR = "define void @c" + std::to_string(I) +
+                     "_main(ptr %p, i64 %n, ptr %t) {\n"
+                     "  store i64 " + std::to_string(I) + ", ptr %t\n"
+                     "  ret void\n}\n";
+    Archive A = makeArchive("c" + std::to_string(I), IR);
+    auto L = E->load(A);
+    ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+    if (I % 100 == 0)
+      Kept.push_back(A);
+    else
+      ASSERT_FALSE(!!E->unload(A.Hash));
+  }
+  for (const Archive &A : Kept) {
+    const LoadedIfunc *L = E->find(A.Hash);
+    ASSERT_TRUE(L);
+    size_t C = 0;
+    L->Main(nullptr, 0, &C);
+    EXPECT_EQ("c" + std::to_string(C), A.Name);
+  }
+}
+
+TEST(Jit, OnlySmallStraightLineCodeIsCompiledAtO0) {
+  auto Parse = [](const std::string &IR) {
+    static llvm::LLVMContext Ctx;
+    llvm::SMDiagnostic Diag;
+    std::unique_ptr<llvm::Module> M = llvm::parseAssemblyString(IR, Diag, Ctx);
+    EXPECT_TRUE(M) << Diag.getMessage().str();
+    return M;
+  };
+  std::string Adds;
+  for (int I = 0; I < 29; ++I)
+    Adds += "  %a" + std::to_string(I + 1) + " = add i64 %a" +
+            std::to_string(I) + ", 1\n";
+  auto Body = [](const std::string &Insts) {
+    return "declare void @f()\n"
+           "declare void @llvm.assume(i1)\n"
+           "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
+           "define void @x_main(ptr %p, i64 %n, ptr %t) {\n"
+           "  %a0 = load i64, ptr %t\n" + Insts + "  ret void\n}\n";
+  };
+  // TSI; an intrinsic that lowers to nothing; 32 instructions in all.
+  EXPECT_TRUE(isSmallStraightLine(*Parse(TsiIR)));
+  EXPECT_TRUE(isSmallStraightLine(
+      *Parse(Body("  %c = icmp ne i64 %n, 0\n"
+                  "  call void @llvm.assume(i1 %c)\n"))));
+  EXPECT_TRUE(isSmallStraightLine(
+      *Parse(Body(Adds + "  store i64 %a29, ptr %t\n"))));
+  // One more instruction; a call; a memcpy (may become one); a branch.
+  EXPECT_FALSE(isSmallStraightLine(
+      *Parse(Body(Adds + "  %a30 = add i64 %a29, 1\n"
+                         "  store i64 %a30, ptr %t\n"))));
+  EXPECT_FALSE(isSmallStraightLine(*Parse(Body("  call void @f()\n"))));
+  EXPECT_FALSE(isSmallStraightLine(*Parse(
+      Body("  call void @llvm.memcpy.p0.p0.i64(ptr %t, ptr %p, i64 8, "
+           "i1 false)\n"))));
+  EXPECT_FALSE(isSmallStraightLine(*Parse(
+      "define void @x_main(ptr %p, i64 %n, ptr %t) {\n"
+      "  %c = icmp eq i64 %n, 0\n"
+      "  br i1 %c, label %a, label %b\n"
+      "a:\n  ret void\n"
+      "b:\n  store i64 %n, ptr %t\n  ret void\n}\n")));
 }
 
 TEST(Jit, ChangedCodeUnderTheSameNameIsADifferentIdentity) {
@@ -287,6 +369,15 @@ TEST(Jit, DepOutsideAllowedDirectoriesIsRefused) {
             std::string::npos);
 }
 
+std::vector<std::string> filesIn(llvm::StringRef Dir) {
+  std::error_code EC;
+  std::vector<std::string> Files;
+  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
+       It.increment(EC))
+    Files.push_back(It->path());
+  return Files;
+}
+
 TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
   llvm::SmallString<128> Dir;
   ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("tc-jit-cache", Dir));
@@ -300,11 +391,7 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     EXPECT_FALSE(L->FromDiskCache);
   }
-  std::error_code EC;
-  std::vector<std::string> Files;
-  for (llvm::sys::fs::directory_iterator It(Dir, EC), End; It != End && !EC;
-       It.increment(EC))
-    Files.push_back(It->path());
+  std::vector<std::string> Files = filesIn(Dir);
   ASSERT_EQ(Files.size(), 1u); // One object, no temporary left behind.
   {
     auto E = JitEngine::create(O); // As a restarted process would.
@@ -352,6 +439,46 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     EXPECT_EQ(C, 2u);
   }
   llvm::sys::fs::remove_directories(Dir);
+}
+
+TEST(Jit, PrewarmTakesTheLoadPathAndLeavesNothingBehind) {
+  {
+    auto E = engine();
+    ASSERT_TRUE(E);
+    EXPECT_FALSE(E->prewarmMillis()); // Only when asked.
+  }
+  for (LoadMode Mode : {LoadMode::Auto, LoadMode::Bitcode, LoadMode::Object,
+                        LoadMode::Sandbox}) {
+    SCOPED_TRACE(int(Mode));
+    llvm::SmallString<128> Dir;
+    ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("tc-jit-prewarm", Dir));
+    JitOptions O;
+    O.CacheDir = std::string(Dir);
+    O.Prewarm = Mode;
+    auto E = JitEngine::create(O);
+    ASSERT_TRUE(!!E) << llvm::toString(E.takeError());
+    ASSERT_TRUE((*E)->prewarmMillis());
+    EXPECT_GT(*(*E)->prewarmMillis(), 0.0);
+    // No code stays loaded, and the disk cache got nothing.
+    EXPECT_EQ((*E)->size(), 0u);
+    EXPECT_TRUE(filesIn(Dir).empty());
+    // Loads are as without it.
+    if (Mode != LoadMode::Object) {
+      Archive A = makeArchive("tsi", TsiIR);
+      auto L = (*E)->load(A, Mode);
+      ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
+      EXPECT_EQ(L->Sandboxed, Mode == LoadMode::Sandbox);
+      if (Mode != LoadMode::Sandbox) { // Sandboxed code runs in runSandboxed.
+        size_t C = 1;
+        L->Main(nullptr, 0, &C);
+        EXPECT_EQ(C, 2u);
+      }
+      EXPECT_EQ((*E)->size(), 1u);
+      EXPECT_EQ(filesIn(Dir).size(), 1u);
+    }
+    E->reset();
+    llvm::sys::fs::remove_directories(Dir);
+  }
 }
 
 TEST(Jit, NoMemberForThisHostListsWhatThereIs) {

@@ -332,6 +332,51 @@ TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
   EXPECT_EQ(Failures[2], Want);
 }
 
+TEST(Runtime, APeerThatReadsOnlyArchiveFormat2GetsItsCopyInFormat2) {
+  // One target answers our Hello as a tc from before format 3 did (no
+  // archive record), one says it reads 2-3: each gets the thin copy in the
+  // newest format it reads, with the same hash.
+  for (bool Old : {true, false}) {
+    HandPlayedTarget H(twoTripleArchive(Compression::ZstdDict));
+    std::vector<std::string> Got; // archives of Invoke frames
+    H.OnFrame = [&](ConnId C, llvm::StringRef Header, llvm::StringRef Body) {
+      auto F = decodeFrame(Header, Body);
+      if (!F) {
+        llvm::consumeError(F.takeError());
+        return;
+      }
+      if (F->Type == FrameType::Invoke) {
+        Got.push_back(F->Archive.str());
+        return;
+      }
+      if (F->Type != FrameType::Hello)
+        return;
+      Capabilities Caps = *decodeCapabilities(F->Data);
+      EXPECT_EQ(Caps.ArchiveMin, OldestArchiveVersion);
+      EXPECT_EQ(Caps.ArchiveMax, ArchiveVersion);
+      std::string Record = encodeCapabilities(Caps);
+      if (Old) // The archive record is the last one: 5 bytes.
+        Record.resize(Record.size() - 5);
+      Frame Hello;
+      Hello.Type = FrameType::Hello;
+      Hello.Data = Record;
+      std::string Hd;
+      encodeFrameHeader(Hello, Hd);
+      H.Raw->send(C, Hd, Record, nullptr);
+    };
+    H.S->send(H.Conn, *H.M);
+    H.runUntil([&] { return !Got.empty(); });
+    ASSERT_EQ(Got.size(), 1u);
+    ASSERT_TRUE(H.S->peer(H.Conn));
+    EXPECT_EQ(H.S->peer(H.Conn)->ArchiveMax, Old ? 2u : ArchiveVersion);
+    auto Shipped = readArchive(llvm::MemoryBufferRef(Got[0], "shipped"));
+    ASSERT_TRUE(!!Shipped) << llvm::toString(Shipped.takeError());
+    EXPECT_EQ(Shipped->FormatVersion, Old ? 2u : ArchiveVersion);
+    EXPECT_EQ(Shipped->Members.size(), 1u);
+    EXPECT_EQ(Shipped->Hash, H.M->Code->Hash);
+  }
+}
+
 TEST(Runtime, APeerThatPredatesHelloGetsEveryTargetMember) {
   // A target that does not know Hello frames answers an Error about seq 0
   // (MalformedFrame); the held sends then go out as they always did.
