@@ -366,6 +366,13 @@ LLVM_ATTRIBUTE_NOINLINE static bool progressBarriers(tc_worker_h W) {
       ++I;
       continue;
     }
+    {
+      // The PMIx thread stored the result under the lock and may still be
+      // waking this worker: wait for that, so tc_worker_destroy() cannot
+      // close the wake descriptor under its write (ThreadSanitizer).
+      std::lock_guard<std::mutex> G(B->Lock);
+      B->Wake = nullptr;
+    }
     W->Barriers.erase(W->Barriers.begin() + I);
     Did = true;
     if (B->CB)
@@ -573,8 +580,8 @@ tc_status_t tc_worker_barrier_nb(tc_worker_h W, tc_send_cb_t CB, void *Arg) {
   B->CB = CB;
   B->Arg = Arg;
   if (llvm::Error E = W->Boot->barrierAsync([B](bool Ok) {
-        B->Result.store(Ok ? 1 : 2);
         std::lock_guard<std::mutex> G(B->Lock);
+        B->Result.store(Ok ? 1 : 2);
         if (B->Wake)
           B->Wake->signal();
       }))
