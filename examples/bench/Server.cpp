@@ -19,19 +19,6 @@
 #include <cstring>
 #include <memory>
 
-extern "C" {
-typedef struct sss_target {
-  uint64_t count;
-  uint64_t sum;
-} sss_target_t;
-typedef struct iput_target {
-  uint64_t count;
-  unsigned char *base;
-  uint64_t size;
-  uint64_t rejected;
-} iput_target_t;
-}
-
 namespace bench {
 namespace {
 

@@ -15,9 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Bench.h"
-
-#include <ucp/api/ucp.h>
+#include "UcxAm.h"
 
 #include <algorithm>
 #include <csignal>
@@ -33,20 +31,190 @@
 extern "C" void tsi_main(void *Payload, size_t Size, void *TargetArgs);
 
 namespace bench {
+namespace ucx {
+
+static bool mayUseSharedMemory() {
+  const char *Tls = std::getenv("UCX_TLS");
+  if (!Tls || !*Tls || Tls[0] == '^')
+    return true;
+  std::string L = std::string(",") + Tls + ",";
+  for (const char *N : {"all", "sm", "shm", "mm", "posix", "sysv"})
+    if (L.find(std::string(",") + N + ",") != std::string::npos)
+      return true;
+  return false;
+}
+
+std::string init(Peer &S, std::initializer_list<Handler> Hs) {
+  ucp_config_t *Cfg;
+  ucs_status_t St = ucp_config_read(nullptr, nullptr, &Cfg);
+  if (St != UCS_OK)
+    return std::string("ucp_config_read: ") + ucs_status_string(St);
+  if (mayUseSharedMemory() && !std::getenv("UCX_MM_ERROR_HANDLING") &&
+      (St = ucp_config_modify(Cfg, "MM_ERROR_HANDLING", "y")) != UCS_OK) {
+    ucp_config_release(Cfg);
+    return std::string("UCX MM_ERROR_HANDLING: ") + ucs_status_string(St);
+  }
+  ucp_params_t P{};
+  P.field_mask = UCP_PARAM_FIELD_FEATURES;
+  P.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  St = ucp_init(&P, Cfg, &S.Ctx);
+  ucp_config_release(Cfg);
+  if (St != UCS_OK)
+    return std::string("ucp_init: ") + ucs_status_string(St);
+  ucp_worker_params_t WP{};
+  WP.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  WP.thread_mode = UCS_THREAD_MODE_SINGLE;
+  if ((St = ucp_worker_create(S.Ctx, &WP, &S.W)) != UCS_OK)
+    return std::string("ucp_worker_create: ") + ucs_status_string(St);
+  for (const Handler &Hd : Hs) {
+    ucp_am_handler_param_t H{};
+    H.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                   UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                   UCP_AM_HANDLER_PARAM_FIELD_CB |
+                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    H.id = Hd.Id;
+    H.flags = UCP_AM_FLAG_WHOLE_MSG;
+    H.cb = Hd.Cb;
+    H.arg = Hd.Arg;
+    if ((St = ucp_worker_set_am_recv_handler(S.W, &H)) != UCS_OK)
+      return std::string("ucp_worker_set_am_recv_handler: ") +
+             ucs_status_string(St);
+  }
+  return "";
+}
+
+bool writeAll(int Fd, const void *P, size_t N) {
+  for (size_t Done = 0; Done < N;) {
+    ssize_t R = write(Fd, static_cast<const char *>(P) + Done, N - Done);
+    if (R <= 0)
+      return false;
+    Done += size_t(R);
+  }
+  return true;
+}
+
+bool readAll(int Fd, void *P, size_t N) {
+  for (size_t Done = 0; Done < N;) {
+    ssize_t R = read(Fd, static_cast<char *>(P) + Done, N - Done);
+    if (R <= 0)
+      return false;
+    Done += size_t(R);
+  }
+  return true;
+}
+
+std::string connect(Peer &S, int Fd) {
+  ucp_address_t *Addr;
+  size_t Len;
+  ucs_status_t St = ucp_worker_get_address(S.W, &Addr, &Len);
+  if (St != UCS_OK)
+    return std::string("ucp_worker_get_address: ") + ucs_status_string(St);
+  bool Sent = writeAll(Fd, &Len, sizeof Len) && writeAll(Fd, Addr, Len);
+  ucp_worker_release_address(S.W, Addr);
+  size_t PeerLen = 0;
+  if (!Sent || !readAll(Fd, &PeerLen, sizeof PeerLen) || PeerLen > (1 << 20))
+    return "the peer process did not send its address";
+  std::string Other(PeerLen, '\0');
+  if (!readAll(Fd, &Other[0], PeerLen))
+    return "the peer process did not send its address";
+  ucp_ep_params_t EP{};
+  EP.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  EP.address = reinterpret_cast<const ucp_address_t *>(Other.data());
+  EP.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  if ((St = ucp_ep_create(S.W, &EP, &S.Ep)) != UCS_OK)
+    return std::string("ucp_ep_create: ") + ucs_status_string(St);
+  return "";
+}
+
+void close(Peer &S) {
+  if (S.Ep) {
+    ucp_request_param_t P{};
+    P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    P.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t R = ucp_ep_close_nbx(S.Ep, &P);
+    auto T0 = Clock::now();
+    while (R && !UCS_PTR_IS_ERR(R) &&
+           ucp_request_check_status(R) == UCS_INPROGRESS &&
+           secondsSince(T0) < 2)
+      ucp_worker_progress(S.W);
+    if (R && !UCS_PTR_IS_ERR(R))
+      ucp_request_free(R);
+  }
+  if (S.W)
+    ucp_worker_destroy(S.W);
+  if (S.Ctx)
+    ucp_cleanup(S.Ctx);
+}
+
+std::string sendNow(Peer &S, unsigned AmId, const void *Data, size_t Size) {
+  ucp_request_param_t P;
+  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  P.flags = 0;
+  Deadline D;
+  for (unsigned I = 0;; ++I) {
+    ucs_status_ptr_t R =
+        ucp_am_send_nbx(S.Ep, AmId, nullptr, 0, Data, Size, &P);
+    if (R == nullptr)
+      return "";
+    if (UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE)
+      return std::string("ucp_am_send_nbx: ") +
+             ucs_status_string(UCS_PTR_STATUS(R));
+    ucp_worker_progress(S.W);
+    if ((I & 1023) == 1023 && D.passed(TimeoutS))
+      return "timed out sending";
+  }
+}
+
+Forked fork(int (*Serve)(int Fd, void *Arg), void *Arg, const char *Name) {
+  int Fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, Fds) != 0)
+    die(std::string(Name) + ": socketpair failed");
+  std::fflush(nullptr);
+  pid_t Pid = ::fork();
+  if (Pid < 0)
+    die(std::string(Name) + ": fork failed");
+  if (Pid == 0) {
+    ::close(Fds[0]);
+    if (ServerCpu >= 0) {
+      cpu_set_t Set;
+      CPU_ZERO(&Set);
+      CPU_SET(ServerCpu, &Set);
+      sched_setaffinity(0, sizeof Set, &Set);
+    }
+    _exit(Serve(Fds[1], Arg));
+  }
+  ::close(Fds[1]);
+  return Forked{Pid, Fds[0]};
+}
+
+void reap(Forked &F, std::string &Err) {
+  if (F.Fd >= 0)
+    ::close(F.Fd);
+  F.Fd = -1;
+  if (F.Pid <= 0)
+    return;
+  if (!Err.empty())
+    kill(F.Pid, SIGTERM); // Ours, by PID: it may be waiting for messages.
+  int Status = 0;
+  if (waitpid(F.Pid, &Status, 0) != F.Pid || !WIFEXITED(Status) ||
+      WEXITSTATUS(Status) != 0)
+    Err += Err.empty() ? "the server process failed" : "";
+  F.Pid = -1;
+}
+
+} // namespace ucx
+
 namespace {
 
 constexpr unsigned TsiAmId = 3;
-constexpr double TimeoutS = 60;
 
 /// The id -> function table a UCX AM program keeps; TSI is entry 0.
 using LocalFn = void (*)(void *, size_t, void *);
 LocalFn Functions[] = {tsi_main};
 
 /// One side's state; the handler's argument.
-struct Side {
-  ucp_context_h Ctx = nullptr;
-  ucp_worker_h W = nullptr;
-  ucp_ep_h Ep = nullptr;
+struct Side : ucx::Peer {
   uint64_t Counter = 0; ///< TSI's target: incremented by every message.
   uint64_t Bad = 0;     ///< Messages that were not an id + payload.
 };
@@ -71,167 +239,36 @@ ucs_status_t onTsi(void *Arg, const void *, size_t, void *Data, size_t Length,
   return UCS_OK;
 }
 
-bool mayUseSharedMemory() {
-  const char *Tls = std::getenv("UCX_TLS");
-  if (!Tls || !*Tls || Tls[0] == '^')
-    return true;
-  std::string L = std::string(",") + Tls + ",";
-  for (const char *N : {"all", "sm", "shm", "mm", "posix", "sysv"})
-    if (L.find(std::string(",") + N + ",") != std::string::npos)
-      return true;
-  return false;
-}
-
-/// Sets up \p S; an error message, or empty.
 std::string init(Side &S) {
-  ucp_config_t *Cfg;
-  ucs_status_t St = ucp_config_read(nullptr, nullptr, &Cfg);
-  if (St != UCS_OK)
-    return std::string("ucp_config_read: ") + ucs_status_string(St);
-  if (mayUseSharedMemory() && !std::getenv("UCX_MM_ERROR_HANDLING") &&
-      (St = ucp_config_modify(Cfg, "MM_ERROR_HANDLING", "y")) != UCS_OK) {
-    ucp_config_release(Cfg);
-    return std::string("UCX MM_ERROR_HANDLING: ") + ucs_status_string(St);
-  }
-  ucp_params_t P{};
-  P.field_mask = UCP_PARAM_FIELD_FEATURES;
-  P.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-  St = ucp_init(&P, Cfg, &S.Ctx);
-  ucp_config_release(Cfg);
-  if (St != UCS_OK)
-    return std::string("ucp_init: ") + ucs_status_string(St);
-  ucp_worker_params_t WP{};
-  WP.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  WP.thread_mode = UCS_THREAD_MODE_SINGLE;
-  if ((St = ucp_worker_create(S.Ctx, &WP, &S.W)) != UCS_OK)
-    return std::string("ucp_worker_create: ") + ucs_status_string(St);
-  ucp_am_handler_param_t H{};
-  H.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                 UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                 UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  H.id = TsiAmId;
-  H.flags = UCP_AM_FLAG_WHOLE_MSG;
-  H.cb = onTsi;
-  H.arg = &S;
-  if ((St = ucp_worker_set_am_recv_handler(S.W, &H)) != UCS_OK)
-    return std::string("ucp_worker_set_am_recv_handler: ") +
-           ucs_status_string(St);
-  return "";
-}
-
-bool writeAll(int Fd, const void *P, size_t N) {
-  for (size_t Done = 0; Done < N;) {
-    ssize_t R = write(Fd, static_cast<const char *>(P) + Done, N - Done);
-    if (R <= 0)
-      return false;
-    Done += size_t(R);
-  }
-  return true;
-}
-
-bool readAll(int Fd, void *P, size_t N) {
-  for (size_t Done = 0; Done < N;) {
-    ssize_t R = read(Fd, static_cast<char *>(P) + Done, N - Done);
-    if (R <= 0)
-      return false;
-    Done += size_t(R);
-  }
-  return true;
-}
-
-/// Swaps worker addresses over \p Fd and connects to the peer's.
-std::string connectPeer(Side &S, int Fd) {
-  ucp_address_t *Addr;
-  size_t Len;
-  ucs_status_t St = ucp_worker_get_address(S.W, &Addr, &Len);
-  if (St != UCS_OK)
-    return std::string("ucp_worker_get_address: ") + ucs_status_string(St);
-  bool Sent = writeAll(Fd, &Len, sizeof Len) && writeAll(Fd, Addr, Len);
-  ucp_worker_release_address(S.W, Addr);
-  size_t PeerLen = 0;
-  if (!Sent || !readAll(Fd, &PeerLen, sizeof PeerLen) || PeerLen > (1 << 20))
-    return "the peer process did not send its address";
-  std::string Peer(PeerLen, '\0');
-  if (!readAll(Fd, &Peer[0], PeerLen))
-    return "the peer process did not send its address";
-  ucp_ep_params_t EP{};
-  EP.field_mask =
-      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-  EP.address = reinterpret_cast<const ucp_address_t *>(Peer.data());
-  EP.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  if ((St = ucp_ep_create(S.W, &EP, &S.Ep)) != UCS_OK)
-    return std::string("ucp_ep_create: ") + ucs_status_string(St);
-  return "";
+  return ucx::init(S, {{TsiAmId, onTsi, &S}});
 }
 
 /// The message: function id 0 (TSI), then the one-byte payload.
 const unsigned char Message[5] = {0, 0, 0, 0, 1};
 
-/// Sends one message, completing at once when UCX can (as libtc does);
-/// otherwise progresses until UCX has sent it.
+/// Sends one message, completing at once when UCX can (as libtc does).
 std::string send(Side &S) {
-  ucp_request_param_t P;
-  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  P.flags = 0;
-  Deadline D;
-  for (unsigned I = 0;; ++I) {
-    ucs_status_ptr_t R =
-        ucp_am_send_nbx(S.Ep, TsiAmId, nullptr, 0, Message, sizeof Message, &P);
-    if (R == nullptr)
-      return "";
-    if (UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE)
-      return std::string("ucp_am_send_nbx: ") +
-             ucs_status_string(UCS_PTR_STATUS(R));
-    ucp_worker_progress(S.W);
-    if ((I & 1023) == 1023 && D.passed(TimeoutS))
-      return "timed out sending";
-  }
+  return ucx::sendNow(S, TsiAmId, Message, sizeof Message);
 }
 
 /// Progresses until \p S's counter reaches \p Want.
 std::string await(Side &S, uint64_t Want) {
-  Deadline D;
-  for (unsigned I = 0; S.Counter < Want; ++I) {
-    ucp_worker_progress(S.W);
-    if ((I & 1023) == 1023 && (D.passed(TimeoutS) || Interrupted))
-      return "timed out waiting for the peer's messages";
-  }
-  return "";
+  return ucx::progressUntil(S.W, [&] { return S.Counter >= Want; },
+                            "the peer's messages");
 }
 
-void closeSide(Side &S) {
-  if (S.Ep) {
-    ucp_request_param_t P{};
-    P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    P.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t R = ucp_ep_close_nbx(S.Ep, &P);
-    auto T0 = Clock::now();
-    while (R && !UCS_PTR_IS_ERR(R) &&
-           ucp_request_check_status(R) == UCS_INPROGRESS &&
-           secondsSince(T0) < 2)
-      ucp_worker_progress(S.W);
-    if (R && !UCS_PTR_IS_ERR(R))
-      ucp_request_free(R);
-  }
-  if (S.W)
-    ucp_worker_destroy(S.W);
-  if (S.Ctx)
-    ucp_cleanup(S.Ctx);
-}
+struct Counts {
+  uint64_t Pings, Msgs;
+};
 
-/// The server: answers each of the first \p Pings messages, then counts
-/// \p Msgs more and answers once. Returns the process exit code.
-int serve(int Fd, uint64_t Pings, uint64_t Msgs) {
-  if (ServerCpu >= 0) {
-    cpu_set_t Set;
-    CPU_ZERO(&Set);
-    CPU_SET(ServerCpu, &Set);
-    sched_setaffinity(0, sizeof Set, &Set);
-  }
+/// The server: answers each of the first Pings messages, then counts Msgs
+/// more and answers once. Returns the process exit code.
+int serve(int Fd, void *Arg) {
+  auto [Pings, Msgs] = *static_cast<Counts *>(Arg);
   Side S;
   std::string Err = init(S);
   if (Err.empty())
-    Err = connectPeer(S, Fd);
+    Err = ucx::connect(S, Fd);
   for (uint64_t I = 1; Err.empty() && I <= Pings; ++I)
     if ((Err = await(S, I)).empty())
       Err = send(S);
@@ -239,14 +276,14 @@ int serve(int Fd, uint64_t Pings, uint64_t Msgs) {
     Err = send(S);
   // Wait for the client to be done before closing the endpoint under it.
   char Bye;
-  if (Err.empty() && !readAll(Fd, &Bye, 1))
+  if (Err.empty() && !ucx::readAll(Fd, &Bye, 1))
     Err = "the client went away";
   if (Err.empty() && S.Bad)
     Err = std::to_string(S.Bad) + " malformed messages";
   if (Err.empty() && S.Counter != Pings + Msgs)
     Err = "ran " + std::to_string(S.Counter) + " increments, expected " +
           std::to_string(Pings + Msgs);
-  closeSide(S);
+  ucx::close(S);
   if (!Err.empty())
     std::fprintf(stderr, "tc-bench: error: ucx_am server: %s\n", Err.c_str());
   return Err.empty() ? 0 : 1;
@@ -255,22 +292,12 @@ int serve(int Fd, uint64_t Pings, uint64_t Msgs) {
 } // namespace
 
 UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs) {
-  int Fds[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, Fds) != 0)
-    die("ucx_am: socketpair failed");
-  std::fflush(nullptr);
-  pid_t Pid = fork();
-  if (Pid < 0)
-    die("ucx_am: fork failed");
-  if (Pid == 0) {
-    close(Fds[0]);
-    _exit(serve(Fds[1], Warmup + Iters, Msgs));
-  }
-  close(Fds[1]);
+  Counts N{Warmup + Iters, Msgs};
+  ucx::Forked Srv = ucx::fork(serve, &N, "ucx_am");
   Side S;
   std::string Err = init(S);
   if (Err.empty())
-    Err = connectPeer(S, Fds[0]);
+    Err = ucx::connect(S, Srv.Fd);
   UcxAmFigures F{};
   // Ping-pong: each side's handler runs TSI; the client's counter counts
   // the pongs.
@@ -294,17 +321,11 @@ UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs) {
   if (Err.empty() && (Err = await(S, Warmup + Iters + 1)).empty())
     F.Rate = double(Msgs) / secondsSince(T0);
   char Bye = 0;
-  writeAll(Fds[0], &Bye, 1);
+  ucx::writeAll(Srv.Fd, &Bye, 1);
   if (Err.empty() && S.Bad)
     Err = std::to_string(S.Bad) + " malformed messages";
-  closeSide(S);
-  close(Fds[0]);
-  if (!Err.empty())
-    kill(Pid, SIGTERM); // Ours, by PID: it may be waiting for messages.
-  int Status = 0;
-  if (waitpid(Pid, &Status, 0) != Pid || !WIFEXITED(Status) ||
-      WEXITSTATUS(Status) != 0)
-    Err += Err.empty() ? "the server process failed" : "";
+  ucx::close(S);
+  ucx::reap(Srv, Err);
   if (!Err.empty())
     die("ucx_am: " + Err);
   return F;
