@@ -304,9 +304,9 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
   size_t Bound = F->Source->Bound(Args, SourceArgsSize);
   Message M;
   M.Code = std::move(F);
-  M.Payload.assign(Bound, '\0');
+  M.Payload = std::make_shared<std::string>(Bound, '\0');
   size_t Size = Bound;
-  int RC = M.Code->Source->Init(Args, SourceArgsSize, M.Payload.data(), &Size);
+  int RC = M.Code->Source->Init(Args, SourceArgsSize, M.Payload->data(), &Size);
   if (RC != 0)
     return createStringError("ifunc '%s': %s_payload_init returned %d",
                              M.Code->Name.c_str(), M.Code->Name.c_str(), RC);
@@ -315,8 +315,14 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
                              "more than the bound of %zu",
                              M.Code->Name.c_str(), M.Code->Name.c_str(), Size,
                              Bound);
-  M.Payload.resize(Size);
+  M.Payload->resize(Size);
   return std::move(M);
+}
+
+std::string &writableMessagePayload(Message &M) {
+  if (M.Payload.use_count() > 1)
+    M.Payload = std::make_shared<std::string>(*M.Payload);
+  return *M.Payload;
 }
 
 void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
@@ -343,6 +349,18 @@ void Runtime::sendSmall(ConnId C, const SmallInvoke &I, StringRef Payload,
                   std::move(Done));
 }
 
+void Runtime::sendLarge(ConnId C, const SmallInvoke &I,
+                        const std::shared_ptr<std::string> &Owner,
+                        unique_function<void(Error)> &&Done) {
+  char Buf[Transport::HeaderRoom + FrameHeaderSize];
+  char *Header = Buf + Transport::HeaderRoom;
+  encodeSmallInvoke(I, Owner->size(), Header);
+  ++Counters.FramesSent;
+  Counters.BytesSent += FrameHeaderSize + Owner->size();
+  T->sendShared(C, StringRef(Header, FrameHeaderSize), *Owner, Owner,
+                std::move(Done));
+}
+
 void Runtime::send(ConnId C, const Message &M,
                    unique_function<void(Error)> Done) {
   Conn &S = conn(C);
@@ -364,19 +382,22 @@ void Runtime::send(ConnId C, const Message &M,
     S.LastSentId = It->second;
   }
   if (Sent && !Opts.AlwaysShipCode) {
-    sendSmall(C, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-              M.Payload, std::move(Done));
+    SmallInvoke I{FrameType::Invoke, S.NextSeq++, S.LastSentId};
+    if (LLVM_UNLIKELY(M.Payload->size() > Transport::LargeBody))
+      sendLarge(C, I, M.Payload, std::move(Done));
+    else
+      sendSmall(C, I, *M.Payload, std::move(Done));
     return;
   }
   Frame F;
   F.Type = FrameType::Invoke;
   F.Seq = S.NextSeq++;
   F.CodeId = S.LastSentId;
-  F.Payload = M.Payload;
+  F.Payload = *M.Payload;
   F.Flags = FrameHasCode;
   F.Hash = M.Code->Hash;
   F.Archive = shippedBytes(*M.Code, S);
-  BodyBuf.assign(M.Payload);
+  BodyBuf.assign(*M.Payload);
   BodyBuf += F.Archive;
   sendFrame(C, F, BodyBuf, std::move(Done));
 }
@@ -625,9 +646,13 @@ void Runtime::callMain(ConnId C, const SmallInvoke &About,
   // Give the function an aligned, writable copy: the transport's buffer may
   // be neither. The function may re-enter the runtime and receive another
   // frame: that one gets the next level's buffer, so this payload stays.
+  // A large frame's body is already both (onBufferedFrame): it runs there.
   alignas(std::max_align_t) char Small[128];
   void *Buf = Small;
-  if (Payload.size() > sizeof Small) {
+  if (LLVM_UNLIKELY(!Lent.empty()) && inLent(Payload)) {
+    Buf = const_cast<char *>(Payload.data());
+    Lent = {};
+  } else if (Payload.size() > sizeof Small) {
     size_t Words = (Payload.size() + sizeof(std::max_align_t) - 1) /
                    sizeof(std::max_align_t);
     if (Scratch.size() <= Depth)
@@ -637,7 +662,7 @@ void Runtime::callMain(ConnId C, const SmallInvoke &About,
       Level.resize(Words);
     Buf = Level.data();
   }
-  if (!Payload.empty())
+  if (Buf != Payload.data() && !Payload.empty())
     std::memcpy(Buf, Payload.data(), Payload.size());
   ++Depth;
   ConnId Outer = Current;
@@ -833,6 +858,23 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
       return;
   }
   onOtherFrame(C, Header, Body);
+}
+
+void Runtime::onBufferedFrame(ConnId C, StringRef Header,
+                              MutableArrayRef<char> Body) {
+  // Saved and restored: a function running on an outer buffer may re-enter
+  // progress() and be handed another one.
+  MutableArrayRef<char> Outer = std::exchange(Lent, Body);
+  onFrame(C, Header, StringRef(Body.data(), Body.size()));
+  Lent = Outer;
+}
+
+bool Runtime::inLent(StringRef Payload) const {
+  return Payload.data() >= Lent.data() &&
+         Payload.data() + Payload.size() <= Lent.data() + Lent.size() &&
+         reinterpret_cast<uintptr_t>(Payload.data()) %
+                 alignof(std::max_align_t) ==
+             0;
 }
 
 void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body) {

@@ -16,6 +16,7 @@
 #ifndef TC_RUNTIME_TRANSPORT_H
 #define TC_RUNTIME_TRANSPORT_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/FunctionExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -38,6 +39,16 @@ public:
   /// connection arrive in the order they were sent.
   virtual void onFrame(ConnId Conn, llvm::StringRef Header,
                        llvm::StringRef Body) = 0;
+  /// Alignment of the bodies onBufferedFrame() hands over.
+  static constexpr size_t BufferedAlign = 64;
+  /// onFrame() for a frame the transport received into a buffer of its own
+  /// (UcxTransport: a rendezvous frame): \p Body is BufferedAlign-aligned
+  /// and writable, and the handler may use it in place (e.g. run code on
+  /// it instead of on a copy) until it returns; it must not keep it.
+  virtual void onBufferedFrame(ConnId Conn, llvm::StringRef Header,
+                               llvm::MutableArrayRef<char> Body) {
+    onFrame(Conn, Header, llvm::StringRef(Body.data(), Body.size()));
+  }
   /// A peer connected to our listener as \p Conn.
   virtual void onAccept(ConnId Conn) {}
   /// \p Conn failed or its peer went away (or closed it); it is unusable.
@@ -51,9 +62,14 @@ struct TransportStats {
   uint64_t ReplyFrames = 0;    ///< Sent asking UCX for a reply endpoint.
   uint64_t TokenFrames = 0;    ///< Sent with the peer's connection token.
   uint64_t DroppedFrames = 0;  ///< Arrived with a token of no connection,
-                               ///< or in a malformed batch.
+                               ///< in a malformed batch, or too large to
+                               ///< allocate a receive buffer for.
   uint64_t Batches = 0;        ///< Batches sent (several frames in one AM)
   uint64_t BatchedFrames = 0;  ///< and the frames they carried.
+  /// Receive buffers for large (rendezvous) frames: allocated, and reused
+  /// from the transport's pool.
+  uint64_t RecvBuffersAllocated = 0;
+  uint64_t RecvBuffersReused = 0;
 };
 
 class Transport {
@@ -97,6 +113,23 @@ public:
                             llvm::StringRef Body,
                             llvm::unique_function<void(llvm::Error)> Done) {
     send(Conn, Header, Body, std::move(Done));
+  }
+
+  /// Bodies larger than this are large frames: UcxTransport sends them by
+  /// the request path (rendezvous above UCX's threshold), and a caller that
+  /// has them in shared memory passes them with sendShared().
+  static constexpr size_t LargeBody = 4096;
+
+  /// sendWithRoom() of a \p Body that \p Owner keeps alive and nobody
+  /// changes while \p Owner is shared: where send() would copy the body to
+  /// keep it past the call (a large frame UCX sends later), the transport
+  /// keeps a reference to \p Owner instead. By default, a copy.
+  virtual void sendShared(ConnId Conn, llvm::StringRef Header,
+                          llvm::StringRef Body,
+                          const std::shared_ptr<const void> &Owner,
+                          llvm::unique_function<void(llvm::Error)> Done) {
+    (void)Owner;
+    sendWithRoom(Conn, Header, Body, std::move(Done));
   }
 
   /// Closes \p Conn; pending sends complete with an error.

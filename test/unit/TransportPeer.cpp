@@ -3,7 +3,8 @@
 // tc-transport-peer TLS [NET_DEVICES]: listens with a UCX transport on
 // 127.0.0.1, any port, prints "listening on 127.0.0.1:PORT" and echoes every
 // frame back on the connection it came from until a frame with header
-// "quit" arrives. TransportTest starts it. It also exits when its parent
+// "quit" arrives; a frame with header "die" is echoed and the process exits
+// at once, before the echo's data can leave. TransportTest starts it. It also exits when its parent
 // goes away or after a minute, so a failed test never leaves it behind.
 //
 //===----------------------------------------------------------------------===//
@@ -33,6 +34,12 @@ struct Echo final : TransportHandler {
     if (Header == "quit") {
       Quit = true;
       return;
+    }
+    if (Header == "die") {
+      // The echo's rendezvous request leaves; its data never will: the
+      // peer dies in the middle of a large frame.
+      T->send(C, Header, Body, nullptr);
+      _exit(3);
     }
     auto It = Bodies.insert(Bodies.end(), Body.str());
     T->send(C, Header, *It, [this, It](llvm::Error E) {
