@@ -70,6 +70,9 @@ struct TransportStats {
   /// from the transport's pool.
   uint64_t RecvBuffersAllocated = 0;
   uint64_t RecvBuffersReused = 0;
+  /// Times send() waited for a connection's copies of large frames to
+  /// leave (UcxTransport: more than 32 MiB of them queued).
+  uint64_t SendWaits = 0;
 };
 
 class Transport {
@@ -95,7 +98,10 @@ public:
   virtual llvm::Expected<ConnId> connectAddress(llvm::StringRef Address) = 0;
 
   /// Sends one frame on \p Conn. \p Header and \p Body need only stay valid
-  /// until send() returns: the transport copies what it has to keep.
+  /// until send() returns: the transport copies what it has to keep. When
+  /// the copies of large frames waiting on \p Conn pass a bound, send()
+  /// first progresses the network until they are down to half of it
+  /// (frames that arrive meanwhile are delivered by the next progress()).
   /// \p Done (may be null) runs exactly once, from a later progress() call
   /// (or from the destructor, with an error), with success when the frame
   /// has left.

@@ -94,6 +94,12 @@ inline bool isLarge(size_t BodySize) {
 /// it holds (its pending queues are walked per progress): 5,000 16 KiB
 /// sends in flight ran at 1,900 msgs/s where 8 at a time ran at 40,000.
 constexpr unsigned MaxLargeInFlight = 8;
+/// Bytes of large bodies a connection's backlog may hold in copies before
+/// send() waits for room (makeRoom()): a sender that copies faster than
+/// the network carries them would otherwise queue without bound (tc-bench's
+/// local mode queued 1.1 GB of 64 KiB frames). Bodies sent with
+/// sendShared() are not copies and do not count.
+constexpr size_t MaxCopiedBacklog = 32 << 20;
 
 /// Whether peer error handling should be enabled on shared-memory
 /// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
@@ -255,7 +261,9 @@ public:
   create(const UcxTransportOptions &Opts);
   ~UcxTransport() override;
 
-  void setHandler(TransportHandler *H) override { Handler = H; }
+  void setHandler(TransportHandler *H) override {
+    (Handler == &Record ? Real : Handler) = H;
+  }
   Expected<uint16_t> listen(StringRef Host, uint16_t Port) override;
   Expected<ConnId> connect(StringRef Host, uint16_t Port) override;
   Expected<std::string> address() override;
@@ -298,6 +306,8 @@ private:
     unsigned Held = 0;
     /// Those of them that are large frames (at most MaxLargeInFlight).
     unsigned LargeHeld = 0;
+    /// Bytes of copied large bodies in Backlog (see MaxCopiedBacklog).
+    size_t CopiedBytes = 0;
     std::deque<Outgoing> Backlog;
     /// The progress() round of this connection's last frame sent at once.
     uint64_t LastRound = 0;
@@ -416,6 +426,31 @@ private:
   static void onRecvDone(void *Req, ucs_status_t S, size_t Len, void *User);
   /// Ends a rendezvous receive: \p A is complete, or dropped with \p S.
   void received(Arrival *A, ucs_status_t S);
+  /// Progresses UCX until \p C's copied backlog is down to half of
+  /// MaxCopiedBacklog (or the connection fails, or nothing moves for 5 s),
+  /// with every delivery recorded for the next progress().
+  LLVM_ATTRIBUTE_NOINLINE void makeRoom(ConnId C);
+  /// Delivers what was recorded while send() made room, in order.
+  LLVM_ATTRIBUTE_NOINLINE void replay();
+
+  /// The handler while send() makes room: frames and accepts are kept (with
+  /// copies) for the next progress(), so that no callback runs inside
+  /// send(). It stays in place until then, so that later deliveries keep
+  /// their order behind the recorded ones.
+  struct Recorder final : TransportHandler {
+    struct Event {
+      ConnId Conn;
+      bool Accept;
+      std::string Header, Body;
+    };
+    std::deque<Event> Events;
+    void onFrame(ConnId C, StringRef H, StringRef B) override {
+      Events.push_back({C, false, H.str(), B.str()});
+    }
+    void onAccept(ConnId C) override { Events.push_back({C, true, {}, {}}); }
+    void onDisconnect(ConnId, StringRef) override {} // report() does these.
+  } Record;
+  TransportHandler *Real = nullptr; ///< Handler's value while recording.
 
   ucp_context_h Context = nullptr;
   ucp_worker_h Worker = nullptr;
@@ -779,6 +814,8 @@ inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
                                    : Coalesce && (Co->Held || Again);
   if (Wait || !Co->Backlog.empty()) {
     backlog(*Co, C, Header, Body, std::move(Done));
+    if (LLVM_UNLIKELY(Co->CopiedBytes > MaxCopiedBacklog))
+      makeRoom(C);
     return;
   }
   Co->LastRound = Round;
@@ -831,6 +868,8 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
   if (Alone) {
     O.Header += Header;
     keepBody(O, Body);
+    if (!O.Shared.Owner && isLarge(Body.size()))
+      Co.CopiedBytes += Body.size();
   } else {
     appendBatchRecord(O.Body, Header, Body);
   }
@@ -864,6 +903,8 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
       break;
     Outgoing O = std::move(Co.Backlog.front());
     Co.Backlog.pop_front();
+    if (!O.Shared.Owner && isLarge(O.Body.size()))
+      Co.CopiedBytes -= O.Body.size();
     if (O.AmId == BatchAmId) {
       ++Stats.Batches;
       Stats.BatchedFrames += O.Frames;
@@ -1293,9 +1334,14 @@ bool UcxTransport::progress() {
   // detection delay.
   // A new round: the next frame on each connection leaves at once again.
   ++Round;
+  bool Replayed = false;
+  if (LLVM_UNLIKELY(Handler == &Record)) {
+    replay();
+    Replayed = true;
+  }
   bool Flushed = !Backlogged.empty() && flushBacklogs();
   Activity = ucp_worker_progress(Worker) != 0;
-  Activity |= Flushed;
+  Activity |= Flushed | Replayed;
   if (LLVM_UNLIKELY(!Completions.empty() || !Lost.empty()))
     report();
   // What handlers and callbacks sent in this round, and backlogs UCX has
@@ -1305,6 +1351,53 @@ bool UcxTransport::progress() {
   if (LLVM_UNLIKELY(!Closing.empty()))
     reapClosing();
   return Activity;
+}
+
+void UcxTransport::makeRoom(ConnId C) {
+  ++Stats.SendWaits;
+  if (Handler != &Record) {
+    Real = Handler;
+    Handler = &Record;
+  }
+  size_t Least = SIZE_MAX;
+  auto Since = std::chrono::steady_clock::now();
+  for (unsigned I = 1;; ++I) {
+    Conn *Co = findConn(C);
+    if (!Co || !Co->Ep || Co->CopiedBytes <= MaxCopiedBacklog / 2)
+      return;
+    if (Co->CopiedBytes < Least) {
+      Least = Co->CopiedBytes;
+      Since = std::chrono::steady_clock::now();
+    } else if ((I & 1023) == 0 &&
+               std::chrono::steady_clock::now() - Since >
+                   std::chrono::seconds(5)) {
+      // A peer that takes nothing for seconds (alive but not progressing):
+      // stop waiting; the copies then queue as they did before.
+      return;
+    }
+    ucp_worker_progress(Worker);
+    flushBacklog(*Co, C, /*All=*/false);
+  }
+}
+
+void UcxTransport::replay() {
+  // Recording goes on until the last recorded event is delivered: a
+  // handler that sends (and waits for room) appends to the events, and one
+  // that re-enters progress() delivers the rest first, so the order holds.
+  while (!Record.Events.empty()) {
+    Recorder::Event E = std::move(Record.Events.front());
+    Record.Events.pop_front();
+    Activity = true;
+    // A handler may have closed the connection meanwhile.
+    if (!Conns.count(E.Conn))
+      continue;
+    if (E.Accept)
+      Real->onAccept(E.Conn);
+    else
+      Real->onFrame(E.Conn, E.Header, E.Body);
+  }
+  if (Handler == &Record)
+    Handler = Real;
 }
 
 void UcxTransport::report() {
@@ -1348,7 +1441,8 @@ void UcxTransport::report() {
 Error UcxTransport::wait(int TimeoutMs) {
   // A backlog is sent from progress(), and UCX raises no event when the
   // sends it waits for leave: keep the caller progressing.
-  if (!Completions.empty() || !Lost.empty() || !Backlogged.empty())
+  if (!Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
+      Handler == &Record)
     return Error::success();
   ucs_status_t S = ucp_worker_arm(Worker);
   if (S == UCS_ERR_BUSY)

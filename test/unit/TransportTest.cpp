@@ -15,6 +15,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <list>
@@ -855,6 +856,38 @@ TEST_P(UcxLargeFrameTest, SharedBodiesAreKeptByReferenceUntilSent) {
   // Every reference went with its send.
   EXPECT_TRUE(Weak.expired());
   EXPECT_EQ(Small.use_count(), 1);
+}
+
+TEST_P(UcxLargeFrameTest, CopiesOfLargeFramesAreBoundedBySendWaiting) {
+  // B runs on its own thread and answers every frame with a small one; A
+  // sends 80 MiB of copied large frames without calling progress(): send()
+  // waits for room, and B's answers that arrive meanwhile are delivered by
+  // A's next progress() (Events checks: only from inside it), in order.
+  std::atomic<bool> Stop{false};
+  B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
+    static const std::string Empty;
+    B->T->send(C, "re:" + H.str(), Empty, nullptr);
+  };
+  std::thread BThread([&] {
+    while (!Stop)
+      B->progress();
+  });
+  const unsigned N = 80;
+  auto Big = pattern(1 << 20, 4);
+  for (unsigned I = 0; I < N; ++I)
+    A->send(AC, std::to_string(I), Big);
+  TransportStats S = A->T->stats();
+  EXPECT_GE(S.SendWaits, 1u);
+  bool Done = pump({A.get()}, [&] {
+    return A->Results.size() == Probes + N && A->E.Frames.size() == N;
+  }, 30000);
+  Stop = true;
+  BThread.join();
+  ASSERT_TRUE(Done);
+  for (unsigned I = 0; I < N; ++I)
+    EXPECT_EQ(A->E.Frames[I].Header, "re:" + std::to_string(I));
+  for (unsigned I = 0; I < N; ++I)
+    EXPECT_TRUE(B->E.Frames[Probes + I].Body == Big) << "body " << I;
 }
 
 TEST_P(UcxLargeFrameTest, DisconnectWhileLargeFramesAreBeingReceived) {
