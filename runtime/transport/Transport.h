@@ -71,7 +71,7 @@ struct TransportStats {
   uint64_t RecvBuffersAllocated = 0;
   uint64_t RecvBuffersReused = 0;
   /// Times send() waited for a connection's copies of large frames to
-  /// leave (UcxTransport: more than 32 MiB of them queued).
+  /// leave (UcxTransport: more than MaxCopiedBacklog bytes of them queued).
   uint64_t SendWaits = 0;
 };
 
@@ -163,6 +163,9 @@ struct UcxTransportOptions {
   /// one connection into one active message (UcxTransport.cpp); false sends
   /// every frame as its own active message.
   bool Coalesce = true;
+  /// Bytes of copied large frames a connection may queue before send()
+  /// waits for some of them to leave (docs/transport.md, "Large frames").
+  size_t MaxCopiedBacklog = 32 << 20;
 };
 
 /// A transport over a UCX context + worker of its own.

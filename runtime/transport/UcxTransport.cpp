@@ -94,12 +94,6 @@ inline bool isLarge(size_t BodySize) {
 /// it holds (its pending queues are walked per progress): 5,000 16 KiB
 /// sends in flight ran at 1,900 msgs/s where 8 at a time ran at 40,000.
 constexpr unsigned MaxLargeInFlight = 8;
-/// Bytes of large bodies a connection's backlog may hold in copies before
-/// send() waits for room (makeRoom()): a sender that copies faster than
-/// the network carries them would otherwise queue without bound (tc-bench's
-/// local mode queued 1.1 GB of 64 KiB frames). Bodies sent with
-/// sendShared() are not copies and do not count.
-constexpr size_t MaxCopiedBacklog = 32 << 20;
 
 /// Whether peer error handling should be enabled on shared-memory
 /// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
@@ -489,6 +483,12 @@ private:
   /// otherwise.
   const std::shared_ptr<const void> *Sharing = nullptr;
   bool Coalesce = true;
+  /// Bytes of large bodies a connection's backlog may hold in copies before
+  /// send() waits for room (makeRoom()): a sender that copies faster than
+  /// the network carries them would otherwise queue without bound (tc-bench's
+  /// local mode queued 1.1 GB of 64 KiB frames). Bodies sent with
+  /// sendShared() are not copies and do not count.
+  size_t MaxCopiedBacklog = 32 << 20;
   /// Sends UCX has not completed, on open and closed connections alike.
   SmallPtrSet<SendOp *, 16> Sending;
   std::mt19937_64 Random{std::random_device{}()};
@@ -502,6 +502,7 @@ Expected<std::unique_ptr<UcxTransport>>
 UcxTransport::create(const UcxTransportOptions &Opts) {
   std::unique_ptr<UcxTransport> T(new UcxTransport());
   T->Coalesce = Opts.Coalesce;
+  T->MaxCopiedBacklog = std::max<size_t>(Opts.MaxCopiedBacklog, 1);
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)

@@ -267,12 +267,14 @@ struct Tls {
 const Tls Shm{"shm", "posix,self,tcp", "lo"};
 const Tls Tcp{"tcp", "tcp", "lo"};
 
-std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true) {
+std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
+                               size_t MaxCopiedBacklog = 32 << 20) {
   if (P.NetDevices)
     setenv("UCX_NET_DEVICES", P.NetDevices, 1); // read by ucp_config_read
   UcxTransportOptions Opts;
   Opts.Transports = P.Transports;
   Opts.Coalesce = Coalesce;
+  Opts.MaxCopiedBacklog = MaxCopiedBacklog;
   auto T = createUcxTransport(Opts);
   if (P.NetDevices)
     unsetenv("UCX_NET_DEVICES");
@@ -859,27 +861,37 @@ TEST_P(UcxLargeFrameTest, SharedBodiesAreKeptByReferenceUntilSent) {
 }
 
 TEST_P(UcxLargeFrameTest, CopiesOfLargeFramesAreBoundedBySendWaiting) {
-  // B runs on its own thread and answers every frame with a small one; A
-  // sends 80 MiB of copied large frames without calling progress(): send()
-  // waits for room, and B's answers that arrive meanwhile are delivered by
-  // A's next progress() (Events checks: only from inside it), in order.
+  // A allows 2 MiB of copies. B runs on its own thread and answers every
+  // frame with a small one; A sends 32 frames of 1 MiB without calling
+  // progress(): 8 go to UCX, which cannot finish them before A progresses,
+  // and the third copy after them makes send() wait for room. B's answers
+  // that arrive meanwhile are delivered by A's next progress() (Events
+  // checks: only from inside it), in order.
+  A = std::make_unique<Side>(ucx(GetParam(), true, 2 << 20));
+  AC = connectToB(*A);
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    if (A->T->stats().TokenFrames == 0)
+      A->send(AC, "probe", "");
+    return A->T->stats().TokenFrames > 0 && A->Results.size() ==
+           A->T->stats().TokenFrames + A->T->stats().ReplyFrames;
+  }));
+  size_t Answers = B->E.Frames.size();
   std::atomic<bool> Stop{false};
   B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
-    static const std::string Empty;
-    B->T->send(C, "re:" + H.str(), Empty, nullptr);
+    B->T->send(C, "re:" + H.str(), "", nullptr);
   };
   std::thread BThread([&] {
     while (!Stop)
       B->progress();
   });
-  const unsigned N = 80;
+  const unsigned N = 32;
   auto Big = pattern(1 << 20, 4);
   for (unsigned I = 0; I < N; ++I)
     A->send(AC, std::to_string(I), Big);
-  TransportStats S = A->T->stats();
-  EXPECT_GE(S.SendWaits, 1u);
+  EXPECT_GE(A->T->stats().SendWaits, 1u);
+  size_t Sent = A->Results.size() + N;
   bool Done = pump({A.get()}, [&] {
-    return A->Results.size() == Probes + N && A->E.Frames.size() == N;
+    return A->Results.size() == Sent && A->E.Frames.size() == N;
   }, 30000);
   Stop = true;
   BThread.join();
@@ -887,7 +899,7 @@ TEST_P(UcxLargeFrameTest, CopiesOfLargeFramesAreBoundedBySendWaiting) {
   for (unsigned I = 0; I < N; ++I)
     EXPECT_EQ(A->E.Frames[I].Header, "re:" + std::to_string(I));
   for (unsigned I = 0; I < N; ++I)
-    EXPECT_TRUE(B->E.Frames[Probes + I].Body == Big) << "body " << I;
+    EXPECT_TRUE(B->E.Frames[Answers + I].Body == Big) << "body " << I;
 }
 
 TEST_P(UcxLargeFrameTest, DisconnectWhileLargeFramesAreBeingReceived) {
