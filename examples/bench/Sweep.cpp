@@ -178,6 +178,10 @@ int runSweep(const std::string &Which, const CommonOptions &O,
         Figures &Fig = All[SI][Mode];
         ServerStats St;
         if (Name == "ucx_am") {
+          // The tc server polls on the CPU the reference's server is pinned
+          // to: it sleeps until the next bench.reset.
+          if (Tc)
+            control(C, Ep, "bench.idle", nullptr, 0);
           UcxAmFigures U =
               ucxAmSweep(Sum, Words.data(), Size, Warm, Iters, Msgs, St);
           Fig.Latency.push_back(U.LatencyUs);
