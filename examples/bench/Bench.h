@@ -246,6 +246,13 @@ UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs);
 /// A one-sided put ping-pong on raw UCX (UcxPut.cpp): the one-way latency
 /// of a put of \p Size bytes, as ucx_perftest's put latency test measures.
 double ucxPutLatency(uint64_t Warmup, uint64_t Iters, size_t Size);
+/// sss (\p Sum) or iput over UCX's own active messages (UcxAmSweep.cpp):
+/// \p Size bytes of \p Payload per message, latency and rate as for
+/// ucxAmTsi. \p Stats gets the server's sss or iput fields (counters, sum,
+/// buffer hash) for the caller to check. Dies on any failure.
+UcxAmFigures ucxAmSweep(bool Sum, const void *Payload, size_t Size,
+                        uint64_t Warmup, uint64_t Iters, uint64_t Msgs,
+                        ServerStats &Stats);
 
 /// Parses a non-negative integer, or dies naming \p Flag.
 uint64_t parseCount(const std::string &Flag, const std::string &V);
@@ -260,6 +267,18 @@ void tsi_main(void *payload, size_t payload_size, void *target_args);
 void sss_main(void *payload, size_t payload_size, void *target_args);
 void iput_main(void *payload, size_t payload_size, void *target_args);
 void dapc_result_main(void *payload, size_t payload_size, void *target_args);
+// Their target_args (examples/sss/sss.c, examples/iput/iput.c): the counter
+// every benchmark target keeps first, then the function's state.
+typedef struct sss_target {
+  uint64_t count;
+  uint64_t sum;
+} sss_target_t;
+typedef struct iput_target {
+  uint64_t count;
+  unsigned char *base;
+  uint64_t size;
+  uint64_t rejected;
+} iput_target_t;
 }
 
 #endif // TC_EXAMPLES_BENCH_BENCH_H

@@ -49,6 +49,49 @@ std::string rawInit(RawSide &S, uint64_t Features) {
   return "";
 }
 
+std::string rawSetAmHandler(RawSide &S, unsigned Id, ucp_am_recv_callback_t Cb,
+                            void *Arg) {
+  ucp_am_handler_param_t H{};
+  H.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                 UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                 UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  H.id = Id;
+  H.flags = UCP_AM_FLAG_WHOLE_MSG;
+  H.cb = Cb;
+  H.arg = Arg;
+  if (ucs_status_t St = ucp_worker_set_am_recv_handler(S.W, &H); St != UCS_OK)
+    return std::string("ucp_worker_set_am_recv_handler: ") +
+           ucs_status_string(St);
+  return "";
+}
+
+std::string rawAmInit(RawSide &S, int Fd, unsigned AmId,
+                      ucp_am_recv_callback_t Cb, void *Arg) {
+  std::string Err = rawInit(S, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP);
+  if (Err.empty())
+    Err = rawSetAmHandler(S, AmId, Cb, Arg);
+  return Err.empty() ? rawConnect(S, Fd) : Err;
+}
+
+std::string rawSendNow(RawSide &S, unsigned AmId, const void *Data,
+                       size_t Size) {
+  ucp_request_param_t P;
+  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  P.flags = 0;
+  Deadline D;
+  for (unsigned I = 0;; ++I) {
+    ucs_status_ptr_t R = ucp_am_send_nbx(S.Ep, AmId, nullptr, 0, Data, Size, &P);
+    if (R == nullptr)
+      return "";
+    if (UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE)
+      return std::string("ucp_am_send_nbx: ") +
+             ucs_status_string(UCS_PTR_STATUS(R));
+    ucp_worker_progress(S.W);
+    if ((I & 1023) == 1023 && D.passed(RawTimeoutS))
+      return "timed out sending";
+  }
+}
+
 bool writeAll(int Fd, const void *P, size_t N) {
   for (size_t Done = 0; Done < N;) {
     ssize_t R = write(Fd, static_cast<const char *>(P) + Done, N - Done);

@@ -13,6 +13,8 @@
 #ifndef TC_EXAMPLES_BENCH_RAWUCX_H
 #define TC_EXAMPLES_BENCH_RAWUCX_H
 
+#include "Bench.h"
+
 #include <ucp/api/ucp.h>
 
 #include <cstddef>
@@ -30,8 +32,37 @@ struct RawSide {
 
 /// Context and worker with \p Features (UCP_FEATURE_*).
 std::string rawInit(RawSide &S, uint64_t Features);
+/// Registers \p Cb (with \p Arg) for active messages \p Id on \p S's
+/// worker, whole messages (UCP_AM_FLAG_WHOLE_MSG).
+std::string rawSetAmHandler(RawSide &S, unsigned Id, ucp_am_recv_callback_t Cb,
+                            void *Arg);
 /// Swaps worker addresses over \p Fd and connects to the peer's.
 std::string rawConnect(RawSide &S, int Fd);
+/// An active-message side: rawInit (AM and WAKEUP features), the handler
+/// \p Cb with \p Arg for \p AmId, and rawConnect over \p Fd.
+std::string rawAmInit(RawSide &S, int Fd, unsigned AmId,
+                      ucp_am_recv_callback_t Cb, void *Arg);
+/// Sends a small active message with no header that UCX completes at once
+/// from \p Data (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL), progressing while UCX
+/// has no room: what libtc does for a small frame.
+std::string rawSendNow(RawSide &S, unsigned AmId, const void *Data,
+                       size_t Size);
+
+/// How long a reference waits for its peer before it gives up.
+constexpr double RawTimeoutS = 60;
+
+/// Progresses \p W until \p Done() holds; an error naming \p What after
+/// RawTimeoutS seconds or a signal. The clock is read every 1024 polls.
+template <typename Pred>
+std::string rawProgressUntil(ucp_worker_h W, Pred Done, const char *What) {
+  Deadline D;
+  for (unsigned I = 0; !Done(); ++I) {
+    ucp_worker_progress(W);
+    if ((I & 1023) == 1023 && (D.passed(RawTimeoutS) || Interrupted))
+      return std::string("timed out waiting for ") + What;
+  }
+  return "";
+}
 /// Closes the endpoint (bounded), the worker and the context.
 void rawClose(RawSide &S);
 /// Sends \p N bytes / a length-prefixed string over \p Fd, and back.

@@ -19,19 +19,6 @@
 #include <cstring>
 #include <memory>
 
-extern "C" {
-typedef struct sss_target {
-  uint64_t count;
-  uint64_t sum;
-} sss_target_t;
-typedef struct iput_target {
-  uint64_t count;
-  unsigned char *base;
-  uint64_t size;
-  uint64_t rejected;
-} iput_target_t;
-}
-
 namespace bench {
 namespace {
 
@@ -52,6 +39,8 @@ struct Server {
   tc_ifunc_h TsiIfunc = nullptr, DapcIfunc = nullptr, ResultIfunc = nullptr;
   tc_msg_h PongMsg = nullptr;
   bool EvictDue = false; ///< bench.evict arrived; done from the main loop.
+  /// bench.idle arrived: sleep while nothing happens, until bench.reset.
+  bool Idle = false;
   tc_ep_h EvictFrom = nullptr; ///< Told when done, with a local TSI.
 
   uint64_t total() const { return Tsi + Sss.count + Iput.count; }
@@ -95,7 +84,13 @@ extern "C" void benchEvict(void *, size_t, void *) {
   The->EvictFrom = tc_worker_source_ep(The->W);
 }
 
+/// bench.idle: stop busy-polling until the next bench.reset, so that a
+/// reference the client runs on this CPU meanwhile (tc-bench sss|iput's
+/// ucx_am server) gets the CPU to itself.
+extern "C" void benchIdle(void *, size_t, void *) { The->Idle = true; }
+
 extern "C" void benchReset(void *, size_t, void *) {
+  The->Idle = false;
   The->Tsi = 0;
   The->Probes = 0;
   The->Sss = sss_target_t{};
@@ -363,6 +358,7 @@ int runServer(int Argc, char **Argv) {
       {"bench.pong", benchPong, nullptr},
       {"bench.stats", benchStats, nullptr},
       {"bench.reset", benchReset, nullptr},
+      {"bench.idle", benchIdle, nullptr},
       {"bench.evict", benchEvict, nullptr},
       {"bench.dapc", benchDapcSetup, nullptr},
   };
@@ -428,7 +424,7 @@ int runServer(int Argc, char **Argv) {
       sendPong(*S);
       continue;
     }
-    if (!Did && Blocking)
+    if (!Did && (Blocking || S->Idle))
       tc_worker_wait(W, 100); // Bounded: signals are checked between waits.
   }
 

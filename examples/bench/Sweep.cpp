@@ -3,16 +3,23 @@
 // Two-Chains §VI-VII (Figs. 7-8): server-side sum and indirect put over
 // payload sizes, injected (the cached ifunc) against local-function
 // invocation (the same C code linked into the server, invoked by id over
-// UCX active messages). Latency is half a ping-pong round trip; rate is
-// back-to-back sends ended by a flush. The server's sum, or its buffer's
-// hash, must match what the client sent before a figure is reported.
+// UCX active messages) and against the same work written straight on UCX
+// active messages (ucx_am, UcxAmSweep.cpp). Latency is half a ping-pong
+// round trip; rate is back-to-back sends ended by a flush. Every mode runs
+// once per round, one after the other, and each figure is the median over
+// the rounds. The server's sum, or its buffer's hash, must match what the
+// client sent before a figure is reported.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
+#include <tuple>
 
 namespace bench {
 namespace {
@@ -20,14 +27,79 @@ namespace {
 const char *const SweepUsage = R"(USAGE: tc-bench sss|iput [options]
 
 Server-side sum (sss) or indirect put (iput) over payload sizes (Two-Chains
-Figs. 7-8): one-way latency and message rate, injected vs local.
+Figs. 7-8): one-way latency and message rate of the injected ifunc, the same
+C function linked into the server (local), and the same work written
+straight on UCX active messages (ucx_am: UcxAmSweep.cpp). The table ends with
+the ratios injected/ucx_am and injected/local per size.
 
 OPTIONS:
   --sizes LIST   Payload bytes (default 16,64,256,1024,4096,16384,65536;
                  --quick 16,1024,16384)
   --iters N      Ping-pong round trips per point (default 20000; --quick 2000)
   --msgs N       Messages per rate point (default 100000; --quick 10000)
+  --rounds N     Measure every mode N times per size, one after the other,
+                 and report medians (default 3; --quick 1)
+  --modes LIST   Any of injected,local,ucx_am (default: all)
 )";
+
+const char *const SweepModes[] = {"injected", "local", "ucx_am"};
+constexpr size_t NumModes = std::size(SweepModes);
+
+/// Sets \p Want[i] for each mode of the ','-separated \p List.
+void pickModes(const std::string &Flag, const std::string &List,
+               const char *const (&Modes)[NumModes], bool (&Want)[NumModes]) {
+  std::fill(std::begin(Want), std::end(Want), false);
+  for (size_t Pos = 0; Pos <= List.size();) {
+    size_t End = std::min(List.find(',', Pos), List.size());
+    std::string M = List.substr(Pos, End - Pos);
+    auto It = std::find(std::begin(Modes), std::end(Modes), M);
+    if (It == std::end(Modes))
+      die("bad mode '" + M + "' in " + Flag +
+          " (expected injected, local, ucx_am)");
+    Want[It - std::begin(Modes)] = true;
+    Pos = End + 1;
+  }
+}
+
+/// One mode's figures at one size, over the rounds.
+struct Figures {
+  std::vector<double> Latency, Rate;
+};
+
+/// The median over rounds of \p Num[i] / \p Den[i] (0 when either side was
+/// not measured): both figures of a pair were taken seconds apart.
+double pairedRatio(const std::vector<double> &Num,
+                   const std::vector<double> &Den) {
+  std::vector<double> Ratios;
+  for (size_t I = 0; I < Num.size() && I < Den.size(); ++I)
+    if (Den[I] > 0)
+      Ratios.push_back(Num[I] / Den[I]);
+  return median(Ratios);
+}
+
+/// Dies unless \p St is what \p N messages of \p Words leave on a server.
+void check(const std::string &Which, const std::string &Mode, bool Sum,
+           const std::vector<uint64_t> &Words, uint64_t N,
+           const ServerStats &St) {
+  if (Sum) {
+    uint64_t Expect = 0;
+    for (uint64_t W : Words)
+      Expect += W;
+    if (St.SssCount != N || St.SssSum != Expect * N)
+      die("sss " + Mode + ": the server summed " +
+          std::to_string(St.SssCount) + " messages to " +
+          std::to_string(St.SssSum) + ", expected " + std::to_string(N) +
+          " to " + std::to_string(Expect * N));
+    return;
+  }
+  std::vector<unsigned char> Buf(1 << 20);
+  std::memcpy(Buf.data(), Words.data() + 1, Words.size() * 8 - 8);
+  if (St.IputCount != N || St.IputRejected ||
+      St.IputHash != fnv1a(Buf.data(), Buf.size()))
+    die(Which + " " + Mode + ": the server's buffer or counters are not "
+        "what was put (" + std::to_string(St.IputCount) + " puts, " +
+        std::to_string(St.IputRejected) + " rejected)");
+}
 
 } // namespace
 
@@ -37,6 +109,8 @@ int runSweep(const std::string &Which, const CommonOptions &O,
       O.Quick ? std::vector<uint64_t>{16, 1024, 16384}
               : std::vector<uint64_t>{16, 64, 256, 1024, 4096, 16384, 65536};
   uint64_t Iters = O.Quick ? 2000 : 20000, Msgs = O.Quick ? 10000 : 100000;
+  uint64_t Rounds = O.Quick ? 1 : 3;
+  bool Want[NumModes] = {true, true, true};
   if (!walkArgs(
           Which, Args, SweepUsage,
           [&](const std::string &A, const std::function<std::string()> &Value) {
@@ -46,13 +120,17 @@ int runSweep(const std::string &Which, const CommonOptions &O,
               Iters = parseCount(A, Value());
             else if (A == "--msgs")
               Msgs = parseCount(A, Value());
+            else if (A == "--rounds")
+              Rounds = parseCount(A, Value());
+            else if (A == "--modes")
+              pickModes(A, Value(), SweepModes, Want);
             else
               return false;
             return true;
           }))
     return 0;
-  if (!Iters || !Msgs)
-    die("--iters and --msgs must be at least 1");
+  if (!Iters || !Msgs || !Rounds)
+    die("--iters, --msgs and --rounds must be at least 1");
   for (uint64_t S : Sizes)
     if (S < 16 || S % 8 || S > (1u << 20))
       die("payload sizes must be multiples of 8 from 16 to 1048576 bytes "
@@ -60,70 +138,87 @@ int runSweep(const std::string &Which, const CommonOptions &O,
   selectTransport(O.Transport, /*Loopback=*/true);
   pinClientAndServer(O.Pin);
 
-  Child Srv = startServer({selfPath(), "serve", "--listen", "127.0.0.1:0",
-                           "--ifunc-path", O.IfuncPath},
-                          "", Which + " server");
+  bool Tc = Want[0] || Want[1];
+  Child Srv;
   ClientWorker C;
-  makeClient(C, O.IfuncPath, false);
-  tc_ep_h Ep = connectTo(C, Srv);
-  tc_ifunc_h F = registerIfunc(C, Which.c_str());
+  tc_ep_h Ep = nullptr;
+  tc_ifunc_h F = nullptr;
+  if (Tc) {
+    Srv = startServer({selfPath(), "serve", "--listen", "127.0.0.1:0",
+                       "--ifunc-path", O.IfuncPath},
+                      "", Which + " server");
+    makeClient(C, O.IfuncPath, false);
+    Ep = connectTo(C, Srv);
+    F = registerIfunc(C, Which.c_str());
+  }
   bool Sum = Which == "sss";
   std::vector<Record> Out;
+  // Per size: each mode's figures over the rounds.
+  std::vector<std::array<Figures, NumModes>> All(Sizes.size());
 
-  for (uint64_t Size : Sizes) {
+  for (size_t SI = 0; SI < Sizes.size(); ++SI) {
+    uint64_t Size = Sizes[SI];
     // sss: Size bytes of numbers. iput: {offset 0, Size - 8 bytes}.
     std::vector<uint64_t> Words(Size / 8);
     for (size_t I = 0; I < Words.size(); ++I)
       Words[I] = Sum ? I * 2654435761u + Size
                      : (I == 0 ? 0 : 0x0101010101010101ULL * (I + Size));
-    uint64_t Expect = 0;
-    for (uint64_t W : Words)
-      Expect += W;
-    tc_msg_h M;
-    if (tc_msg_create(F, Words.data(), Size, &M) != TC_OK)
+    tc_msg_h M = nullptr;
+    if (Tc && tc_msg_create(F, Words.data(), Size, &M) != TC_OK)
       die("cannot create a " + Which + " message of " + std::to_string(Size) +
           " bytes");
-    for (int Local = 0; Local < 2; ++Local) {
-      std::string Mode = Local ? "local" : "injected";
-      note(Which + " " + Mode + " " + std::to_string(Size) + " bytes");
-      auto Send = [&] {
-        tc_status_t S =
-            Local ? tc_ep_send_local(Ep, Which.c_str(), Words.data(), Size,
-                                     nullptr, nullptr)
-                  : tc_msg_send(Ep, M, nullptr, nullptr);
-        if (S != TC_INPROGRESS)
-          die(Which + ": send failed: " + tc_status_string(S));
-      };
-      control(C, Ep, "bench.reset", nullptr, 0);
-      uint64_t Warm = Iters / 10 + 1;
-      double Lat =
-          pingPong(C, Ep, Local ? PongLocal : PongIfunc, Send, Warm, Iters);
-      double Rate = rate(C, Ep, Send, Msgs);
-
-      ServerStats St = queryStats(C, Ep);
-      uint64_t N = Warm + Iters + Msgs;
-      if (Sum) {
-        if (St.SssCount != N || St.SssSum != Expect * N)
-          die("sss " + Mode + ": the server summed " +
-              std::to_string(St.SssCount) + " messages to " +
-              std::to_string(St.SssSum) + ", expected " + std::to_string(N) +
-              " to " + std::to_string(Expect * N));
-      } else {
-        std::vector<unsigned char> Buf(1 << 20);
-        std::memcpy(Buf.data(), Words.data() + 1, Size - 8);
-        if (St.IputCount != N || St.IputRejected ||
-            St.IputHash != fnv1a(Buf.data(), Buf.size()))
-          die("iput " + Mode + ": the server's buffer or counters are not "
-              "what was put (" + std::to_string(St.IputCount) + " puts, " +
-              std::to_string(St.IputRejected) + " rejected)");
+    uint64_t Warm = Iters / 10 + 1;
+    for (uint64_t Round = 0; Round < Rounds; ++Round) {
+      for (size_t Mode = 0; Mode < NumModes; ++Mode) {
+        if (!Want[Mode])
+          continue;
+        std::string Name = SweepModes[Mode];
+        note(Which + " " + Name + " " + std::to_string(Size) + " bytes" +
+             (Rounds > 1 ? ", round " + std::to_string(Round + 1) : ""));
+        Figures &Fig = All[SI][Mode];
+        ServerStats St;
+        if (Name == "ucx_am") {
+          // The tc server polls on the CPU the reference's server is pinned
+          // to: it sleeps until the next bench.reset.
+          if (Tc)
+            control(C, Ep, "bench.idle", nullptr, 0);
+          UcxAmFigures U =
+              ucxAmSweep(Sum, Words.data(), Size, Warm, Iters, Msgs, St);
+          Fig.Latency.push_back(U.LatencyUs);
+          Fig.Rate.push_back(U.Rate);
+        } else {
+          bool Local = Name == "local";
+          auto Send = [&] {
+            tc_status_t S =
+                Local ? tc_ep_send_local(Ep, Which.c_str(), Words.data(),
+                                         Size, nullptr, nullptr)
+                      : tc_msg_send(Ep, M, nullptr, nullptr);
+            if (S != TC_INPROGRESS)
+              die(Which + ": send failed: " + tc_status_string(S));
+          };
+          control(C, Ep, "bench.reset", nullptr, 0);
+          Fig.Latency.push_back(
+              pingPong(C, Ep, Local ? PongLocal : PongIfunc, Send, Warm,
+                       Iters));
+          Fig.Rate.push_back(rate(C, Ep, Send, Msgs));
+          St = queryStats(C, Ep);
+        }
+        check(Which, Name, Sum, Words, Warm + Iters + Msgs, St);
       }
+    }
+    if (M)
+      tc_msg_free(M);
+    for (size_t Mode = 0; Mode < NumModes; ++Mode) {
+      if (!Want[Mode])
+        continue;
+      Figures Fig = All[SI][Mode]; // median() sorts: keep the rounds' order.
       for (auto [Metric, V, Unit] :
-           {std::tuple<const char *, double, const char *>{"latency_us", Lat,
-                                                           "us"},
-            {"rate_msgs", Rate, "msgs/s"}}) {
+           {std::tuple<const char *, double, const char *>{
+                "latency_us", median(Fig.Latency), "us"},
+            {"rate_msgs", median(Fig.Rate), "msgs/s"}}) {
         Record R;
         R.Bench = Which;
-        R.Mode = Mode;
+        R.Mode = SweepModes[Mode];
         R.Metric = Metric;
         R.Value = V;
         R.Unit = Unit;
@@ -132,12 +227,37 @@ int runSweep(const std::string &Which, const CommonOptions &O,
         Out.push_back(R);
       }
     }
-    tc_msg_free(M);
   }
-  tc_ifunc_deregister(F);
-  tc_ep_destroy(Ep);
-  stopServer(Srv);
+  if (Tc) {
+    tc_ifunc_deregister(F);
+    tc_ep_destroy(Ep);
+    stopServer(Srv);
+  }
   printRecords(Out, O.Fmt);
+  if (O.Fmt == Format::Table && Want[0] && (Want[1] || Want[2])) {
+    // "paired": the median over rounds of each round's own ratio; latency
+    // ratios are injected/reference (lower is better), rate ratios too
+    // (higher is better).
+    std::printf("\n%-8s %-26s %-26s\n", "payload",
+                Want[2] ? "injected/ucx_am lat, rate" : "",
+                Want[1] ? "injected/local lat, rate" : "");
+    for (size_t SI = 0; SI < Sizes.size(); ++SI) {
+      const auto &Fig = All[SI];
+      std::printf("%-8llu", static_cast<unsigned long long>(Sizes[SI]));
+      for (size_t Ref : {size_t(2), size_t(1)}) {
+        if (!Want[Ref]) {
+          std::printf(" %-26s", "");
+          continue;
+        }
+        char Buf[64];
+        std::snprintf(Buf, sizeof Buf, "%.3f, %.3f",
+                      pairedRatio(Fig[0].Latency, Fig[Ref].Latency),
+                      pairedRatio(Fig[0].Rate, Fig[Ref].Rate));
+        std::printf(" %-26s", Buf);
+      }
+      std::printf("\n");
+    }
+  }
   return 0;
 }
 

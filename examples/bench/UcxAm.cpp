@@ -37,7 +37,6 @@ namespace bench {
 namespace {
 
 constexpr unsigned TsiAmId = 3;
-constexpr double TimeoutS = 60;
 
 /// The id -> function table a UCX AM program keeps; TSI is entry 0.
 using LocalFn = void (*)(void *, size_t, void *);
@@ -71,56 +70,21 @@ ucs_status_t onTsi(void *Arg, const void *, size_t, void *Data, size_t Length,
 
 /// Sets up \p S with the TSI handler and connects it to the peer on \p Fd.
 std::string init(Side &S, int Fd) {
-  std::string Err = rawInit(S, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP);
-  if (!Err.empty())
-    return Err;
-  ucp_am_handler_param_t H{};
-  H.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
-                 UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                 UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  H.id = TsiAmId;
-  H.flags = UCP_AM_FLAG_WHOLE_MSG;
-  H.cb = onTsi;
-  H.arg = &S;
-  if (ucs_status_t St = ucp_worker_set_am_recv_handler(S.W, &H); St != UCS_OK)
-    return std::string("ucp_worker_set_am_recv_handler: ") +
-           ucs_status_string(St);
-  return rawConnect(S, Fd);
+  return rawAmInit(S, Fd, TsiAmId, onTsi, &S);
 }
 
 /// The message: function id 0 (TSI), then the one-byte payload.
 const unsigned char Message[5] = {0, 0, 0, 0, 1};
 
-/// Sends one message, completing at once when UCX can (as libtc does);
-/// otherwise progresses until UCX has sent it.
+/// Sends one message, completing at once when UCX can (as libtc does).
 std::string send(Side &S) {
-  ucp_request_param_t P;
-  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  P.flags = 0;
-  Deadline D;
-  for (unsigned I = 0;; ++I) {
-    ucs_status_ptr_t R =
-        ucp_am_send_nbx(S.Ep, TsiAmId, nullptr, 0, Message, sizeof Message, &P);
-    if (R == nullptr)
-      return "";
-    if (UCS_PTR_STATUS(R) != UCS_ERR_NO_RESOURCE)
-      return std::string("ucp_am_send_nbx: ") +
-             ucs_status_string(UCS_PTR_STATUS(R));
-    ucp_worker_progress(S.W);
-    if ((I & 1023) == 1023 && D.passed(TimeoutS))
-      return "timed out sending";
-  }
+  return rawSendNow(S, TsiAmId, Message, sizeof Message);
 }
 
 /// Progresses until \p S's counter reaches \p Want.
 std::string await(Side &S, uint64_t Want) {
-  Deadline D;
-  for (unsigned I = 0; S.Counter < Want; ++I) {
-    ucp_worker_progress(S.W);
-    if ((I & 1023) == 1023 && (D.passed(TimeoutS) || Interrupted))
-      return "timed out waiting for the peer's messages";
-  }
-  return "";
+  return rawProgressUntil(S.W, [&] { return S.Counter >= Want; },
+                          "the peer's messages");
 }
 
 struct Sizes {

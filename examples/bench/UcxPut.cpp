@@ -20,7 +20,6 @@
 namespace bench {
 namespace {
 
-constexpr double TimeoutS = 60;
 constexpr size_t BufferBytes = 4096;
 
 /// One side: its buffer and the peer's.
@@ -99,16 +98,15 @@ std::string put(PutSide &S, uint64_t I) {
 
 /// Polls this side's buffer until round \p I's message is there.
 std::string await(PutSide &S, uint64_t I, size_t Size) {
-  Deadline D;
-  for (unsigned N = 0;; ++N) {
-    uint64_t Got;
-    std::memcpy(&Got, const_cast<const char *>(S.Buf) + Size - 8, 8);
-    if (Got == I)
-      return "";
-    ucp_worker_progress(S.W); // RMA over TCP needs it; shm does not.
-    if ((N & 1023) == 1023 && (D.passed(TimeoutS) || Interrupted))
-      return "timed out waiting for the peer's put";
-  }
+  // Progress: RMA over TCP needs it; shm does not.
+  return rawProgressUntil(
+      S.W,
+      [&] {
+        uint64_t Got;
+        std::memcpy(&Got, const_cast<const char *>(S.Buf) + Size - 8, 8);
+        return Got == I;
+      },
+      "the peer's put");
 }
 
 int serve(int Fd, void *Arg) {

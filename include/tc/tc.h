@@ -370,7 +370,10 @@ void        tc_ifunc_deregister(tc_ifunc_h ifunc);
  *  on @p source_args. */
 tc_status_t tc_msg_create(tc_ifunc_h ifunc, const void *source_args,
                           size_t source_args_size, tc_msg_h *msg_p);
-/** @brief The message's payload, writable (a send copies it). */
+/** @brief The message's payload, writable. A send may share a large
+ *  payload until it has left: this call then gives the message a copy of
+ *  its own first, so write only through the pointer it returned after the
+ *  last tc_msg_send() of the message. */
 void       *tc_msg_payload(tc_msg_h msg, size_t *size_p);
 /** @brief Send @p msg on @p ep. Returns TC_INPROGRESS and later calls @p cb
  *  (may be NULL) from tc_worker_progress(); the message may be changed

@@ -702,11 +702,13 @@ tc_status_t tc_msg_create(tc_ifunc_h F, const void *Args, size_t Size,
 void *tc_msg_payload(tc_msg_h M, size_t *SizeOut) {
   if (!M)
     return nullptr;
+  // A send in flight may share the payload: the message gets its own.
+  std::string &P = writableMessagePayload(M->M);
   if (SizeOut)
-    *SizeOut = M->M.Payload.size();
+    *SizeOut = P.size();
   // Sandboxed code that forwards itself writes the payload it gets here.
-  sandboxGrant(M->M.Payload.data(), M->M.Payload.size());
-  return M->M.Payload.data();
+  sandboxGrant(P.data(), P.size());
+  return P.data();
 }
 
 tc_status_t tc_msg_send(tc_ep_h E, tc_msg_h M, tc_send_cb_t CB, void *Arg) {

@@ -401,9 +401,9 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
   size_t Bound = F->Source->Bound(Args, SourceArgsSize);
   Message M;
   M.Code = std::move(F);
-  M.Payload.assign(Bound, '\0');
+  M.Payload = std::make_shared<std::string>(Bound, '\0');
   size_t Size = Bound;
-  int RC = M.Code->Source->Init(Args, SourceArgsSize, M.Payload.data(), &Size);
+  int RC = M.Code->Source->Init(Args, SourceArgsSize, M.Payload->data(), &Size);
   if (RC != 0)
     return createStringError("ifunc '%s': %s_payload_init returned %d",
                              M.Code->Name.c_str(), M.Code->Name.c_str(), RC);
@@ -412,8 +412,14 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
                              "more than the bound of %zu",
                              M.Code->Name.c_str(), M.Code->Name.c_str(), Size,
                              Bound);
-  M.Payload.resize(Size);
+  M.Payload->resize(Size);
   return std::move(M);
+}
+
+std::string &writableMessagePayload(Message &M) {
+  if (M.Payload.use_count() > 1)
+    M.Payload = std::make_shared<std::string>(*M.Payload);
+  return *M.Payload;
 }
 
 void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
@@ -429,17 +435,23 @@ void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
   T->sendWithRoom(C, StringRef(Header, Size), Body, std::move(Done));
 }
 
+/// Writes the header of \p I (compact when the peer reads compact frames,
+/// else the full 24 bytes) and returns its size.
+static LLVM_ATTRIBUTE_ALWAYS_INLINE size_t encodeInvokeHeader(
+    bool Compact, const SmallInvoke &I, size_t PayloadSize, char *Header) {
+  static_assert(CompactHeaderMax <= FrameHeaderSize, "room for both");
+  if (LLVM_LIKELY(Compact))
+    return encodeCompactInvoke(I, PayloadSize, Header);
+  encodeSmallInvoke(I, PayloadSize, Header);
+  return FrameHeaderSize;
+}
+
 void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
                         StringRef Payload,
                         unique_function<void(Error)> &&Done) {
   char Buf[Transport::HeaderRoom + FrameHeaderSize];
   char *Header = Buf + Transport::HeaderRoom;
-  size_t Size = FrameHeaderSize;
-  static_assert(CompactHeaderMax <= FrameHeaderSize, "room for both");
-  if (LLVM_LIKELY(S.Compact))
-    Size = encodeCompactInvoke(I, Payload.size(), Header);
-  else
-    encodeSmallInvoke(I, Payload.size(), Header);
+  size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Header);
   ++Counters.FramesSent;
   Counters.BytesSent += Size + Payload.size();
   // Steady state: no completion to keep, and the transport sends at once.
@@ -450,11 +462,24 @@ void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
 
 void Runtime::send(ConnId C, const Message &M) {
   Conn &S = conn(C);
-  if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code && !Opts.AlwaysShipCode))
+  if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
+                  !Opts.AlwaysShipCode &&
+                  M.Payload->size() <= Transport::LargeBody))
     return sendSmall(
         C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-        M.Payload, unique_function<void(Error)>());
+        *M.Payload, unique_function<void(Error)>());
   send(C, M, unique_function<void(Error)>());
+}
+
+void Runtime::sendLarge(ConnId C, const Conn &S, const SmallInvoke &I,
+                        const std::shared_ptr<std::string> &Owner,
+                        unique_function<void(Error)> &&Done) {
+  char Buf[Transport::HeaderRoom + FrameHeaderSize];
+  char *Header = Buf + Transport::HeaderRoom;
+  size_t Size = encodeInvokeHeader(S.Compact, I, Owner->size(), Header);
+  ++Counters.FramesSent;
+  Counters.BytesSent += Size + Owner->size();
+  T->sendShared(C, StringRef(Header, Size), *Owner, Owner, std::move(Done));
 }
 
 void Runtime::send(ConnId C, const Message &M,
@@ -478,20 +503,22 @@ void Runtime::send(ConnId C, const Message &M,
     S.LastSentId = It->second;
   }
   if (Sent && !Opts.AlwaysShipCode) {
-    sendSmall(C, S,
-              SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-              M.Payload, std::move(Done));
+    SmallInvoke I{FrameType::Invoke, S.NextSeq++, S.LastSentId};
+    if (LLVM_UNLIKELY(M.Payload->size() > Transport::LargeBody))
+      sendLarge(C, S, I, M.Payload, std::move(Done));
+    else
+      sendSmall(C, S, I, *M.Payload, std::move(Done));
     return;
   }
   Frame F;
   F.Type = FrameType::Invoke;
   F.Seq = S.NextSeq++;
   F.CodeId = S.LastSentId;
-  F.Payload = M.Payload;
+  F.Payload = *M.Payload;
   F.Flags = FrameHasCode;
   F.Hash = M.Code->Hash;
   F.Archive = shippedBytes(*M.Code, S);
-  BodyBuf.assign(M.Payload);
+  BodyBuf.assign(*M.Payload);
   BodyBuf += F.Archive;
   sendFrame(C, F, BodyBuf, std::move(Done));
 }
@@ -931,11 +958,17 @@ void Runtime::callMain(ConnId C, const SmallInvoke &About,
   // Give the function an aligned, writable copy: the transport's buffer may
   // be neither. The function may re-enter the runtime and receive another
   // frame: that one gets the next level's buffer, so this payload stays.
+  // A large frame's body is already both (onBufferedFrame): it runs there.
   alignas(std::max_align_t) char Small[128];
   void *Buf = Small;
-  if (LLVM_UNLIKELY(Payload.size() > sizeof Small))
-    Buf = scratch(Payload.size());
-  copyBytes(static_cast<char *>(Buf), Payload.data(), Payload.size());
+  if (LLVM_UNLIKELY(!Lent.empty()) && inLent(Payload)) {
+    Buf = const_cast<char *>(Payload.data());
+    Lent = {};
+  } else {
+    if (LLVM_UNLIKELY(Payload.size() > sizeof Small))
+      Buf = scratch(Payload.size());
+    copyBytes(static_cast<char *>(Buf), Payload.data(), Payload.size());
+  }
   if (LLVM_UNLIKELY(L && L->Sandboxed))
     return callSandboxed(C, About, *L, Args, Buf, Payload.size());
   ++Depth;
@@ -1186,6 +1219,23 @@ void Runtime::onFrame(ConnId C, StringRef Header, StringRef Body) {
       return;
   }
   onOtherFrame(C, Header, Body, 0);
+}
+
+void Runtime::onBufferedFrame(ConnId C, StringRef Header,
+                              MutableArrayRef<char> Body) {
+  // Saved and restored: a function running on an outer buffer may re-enter
+  // progress() and be handed another one.
+  MutableArrayRef<char> Outer = std::exchange(Lent, Body);
+  onFrame(C, Header, StringRef(Body.data(), Body.size()));
+  Lent = Outer;
+}
+
+bool Runtime::inLent(StringRef Payload) const {
+  return Payload.data() >= Lent.data() &&
+         Payload.data() + Payload.size() <= Lent.data() + Lent.size() &&
+         reinterpret_cast<uintptr_t>(Payload.data()) %
+                 alignof(std::max_align_t) ==
+             0;
 }
 
 void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,

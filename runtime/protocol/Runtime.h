@@ -70,11 +70,19 @@ struct Ifunc {
   std::shared_ptr<SourceCode> SourceHold; ///< Keeps Source loaded.
 };
 
-/// A message ready to send: an ifunc and its payload.
+/// A message ready to send: an ifunc and its payload. The payload is
+/// shared with the sends of it that are still in flight (a large frame
+/// leaves without a copy: Transport::sendShared), so it is never written
+/// while shared: writableMessagePayload() gives the message its own copy
+/// first.
 struct Message {
   std::shared_ptr<const Ifunc> Code;
-  std::string Payload;
+  std::shared_ptr<std::string> Payload;
 };
+
+/// \p M's payload, ready to be written: copied first if a send in flight
+/// shares it.
+std::string &writableMessagePayload(Message &M);
 
 /// Counters a target keeps (tc-serve prints them on exit).
 struct RuntimeCounters {
@@ -298,6 +306,9 @@ public:
   // TransportHandler.
   void onFrame(ConnId Conn, llvm::StringRef Header,
                llvm::StringRef Body) override;
+  /// onFrame(), letting callMain run the function on \p Body in place.
+  void onBufferedFrame(ConnId Conn, llvm::StringRef Header,
+                       llvm::MutableArrayRef<char> Body) override;
   void onAccept(ConnId Conn) override;
   void onDisconnect(ConnId Conn, llvm::StringRef Why) override;
 
@@ -446,6 +457,11 @@ private:
   sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
             llvm::StringRef Payload,
             llvm::unique_function<void(llvm::Error)> &&Done);
+  /// sendSmall() of a large payload that \p Owner keeps: no copy.
+  LLVM_ATTRIBUTE_NOINLINE void
+  sendLarge(ConnId C, const Conn &S, const SmallInvoke &I,
+            const std::shared_ptr<std::string> &Owner,
+            llvm::unique_function<void(llvm::Error)> &&Done);
   void drain(ConnId C);
   /// Verifies, admits and loads an archive on this thread; records the
   /// code id (CompileOnProgressThread).
@@ -542,6 +558,11 @@ private:
   /// stack) for NAME_main; one per nesting level (an ifunc that re-enters
   /// progress() runs the next one a level deeper).
   std::vector<std::vector<std::max_align_t>> Scratch;
+  /// The body of the frame being delivered by onBufferedFrame(), which a
+  /// payload inside it may be run on in place (once), else empty.
+  llvm::MutableArrayRef<char> Lent;
+  /// Whether \p Payload lies in Lent, aligned for the function.
+  bool inLent(llvm::StringRef Payload) const;
   unsigned Depth = 0;
   RuntimeCounters Counters;
   ConnId Current = 0;

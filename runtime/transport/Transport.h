@@ -18,6 +18,7 @@
 
 #include "transport/Mailbox.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/FunctionExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -40,6 +41,16 @@ public:
   /// connection arrive in the order they were sent.
   virtual void onFrame(ConnId Conn, llvm::StringRef Header,
                        llvm::StringRef Body) = 0;
+  /// Alignment of the bodies onBufferedFrame() hands over.
+  static constexpr size_t BufferedAlign = 64;
+  /// onFrame() for a frame the transport received into a buffer of its own
+  /// (UcxTransport: a rendezvous frame): \p Body is BufferedAlign-aligned
+  /// and writable, and the handler may use it in place (e.g. run code on
+  /// it instead of on a copy) until it returns; it must not keep it.
+  virtual void onBufferedFrame(ConnId Conn, llvm::StringRef Header,
+                               llvm::MutableArrayRef<char> Body) {
+    onFrame(Conn, Header, llvm::StringRef(Body.data(), Body.size()));
+  }
   /// A peer connected to our listener as \p Conn.
   virtual void onAccept(ConnId Conn) {}
   /// \p Conn failed or its peer went away (or closed it); it is unusable.
@@ -53,13 +64,21 @@ struct TransportStats {
   uint64_t ReplyFrames = 0;    ///< Sent asking UCX for a reply endpoint.
   uint64_t TokenFrames = 0;    ///< Sent with the peer's connection token.
   uint64_t DroppedFrames = 0;  ///< Arrived with a token of no connection,
-                               ///< or in a malformed batch.
+                               ///< in a malformed batch, or too large to
+                               ///< allocate a receive buffer for.
   uint64_t Batches = 0;        ///< Batches sent (several frames in one AM)
   uint64_t BatchedFrames = 0;  ///< and the frames they carried.
   uint64_t MailboxSent = 0;     ///< Frames written into peers' mailboxes.
   uint64_t MailboxReceived = 0; ///< Frames taken from our mailboxes.
   uint64_t MailboxNoCredit = 0; ///< Sent as AMs for want of mailbox credit.
   uint64_t Doorbells = 0;       ///< Wake-ups rung for a sleeping receiver.
+  /// Receive buffers for large (rendezvous) frames: allocated, and reused
+  /// from the transport's pool.
+  uint64_t RecvBuffersAllocated = 0;
+  uint64_t RecvBuffersReused = 0;
+  /// Times send() waited for a connection's copies of large frames to
+  /// leave (UcxTransport: more than MaxCopiedBacklog bytes of them queued).
+  uint64_t SendWaits = 0;
 };
 
 class Transport {
@@ -85,7 +104,10 @@ public:
   virtual llvm::Expected<ConnId> connectAddress(llvm::StringRef Address) = 0;
 
   /// Sends one frame on \p Conn. \p Header and \p Body need only stay valid
-  /// until send() returns: the transport copies what it has to keep.
+  /// until send() returns: the transport copies what it has to keep. When
+  /// the copies of large frames waiting on \p Conn pass a bound, send()
+  /// first progresses the network until they are down to half of it
+  /// (frames that arrive meanwhile are delivered by the next progress()).
   /// \p Done (may be null) runs exactly once, from a later progress() call
   /// (or from the destructor, with an error), with success when the frame
   /// has left.
@@ -115,6 +137,23 @@ public:
   virtual bool trySendNow(ConnId Conn, llvm::StringRef Header,
                           llvm::StringRef Body) {
     return false;
+  }
+
+  /// Bodies larger than this are large frames: UcxTransport sends them by
+  /// the request path (rendezvous above UCX's threshold), and a caller that
+  /// has them in shared memory passes them with sendShared().
+  static constexpr size_t LargeBody = 4096;
+
+  /// sendWithRoom() of a \p Body that \p Owner keeps alive and nobody
+  /// changes while \p Owner is shared: where send() would copy the body to
+  /// keep it past the call (a large frame UCX sends later), the transport
+  /// keeps a reference to \p Owner instead. By default, a copy.
+  virtual void sendShared(ConnId Conn, llvm::StringRef Header,
+                          llvm::StringRef Body,
+                          const std::shared_ptr<const void> &Owner,
+                          llvm::unique_function<void(llvm::Error)> Done) {
+    (void)Owner;
+    sendWithRoom(Conn, Header, Body, std::move(Done));
   }
 
   /// Closes \p Conn; pending sends complete with an error.
@@ -155,6 +194,9 @@ struct UcxTransportOptions {
   /// core a sender may need (with more processes than cores, a 50 us spin
   /// made each DAPC hop between sleeping servers several times slower).
   unsigned MailboxSpinUs = 5;
+  /// Bytes of copied large frames a connection may queue before send()
+  /// waits for some of them to leave (docs/transport.md, "Large frames").
+  size_t MaxCopiedBacklog = 32 << 20;
 };
 
 /// A transport over a UCX context + worker of its own.

@@ -45,9 +45,11 @@
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
@@ -97,6 +99,18 @@ constexpr size_t ImmediateMax = 4096;
 /// connection is busy; a batch is closed at BatchMax bytes of records, which
 /// keeps it within one shared-memory bcopy segment (8 KiB by default).
 constexpr size_t BatchFrameMax = 1024, BatchMax = 4096;
+/// A frame whose body is larger than this goes to UCX while UCX still
+/// holds earlier sends of its connection (docs/transport.md, "Large
+/// frames"); smaller ones wait in the backlog.
+inline bool isLarge(size_t BodySize) {
+  static_assert(Transport::LargeBody == ImmediateMax, "one notion of large");
+  return BodySize > ImmediateMax;
+}
+/// At most this many large frames of one connection are in UCX at once;
+/// the rest wait in the backlog. UCX 1.13 slows down with every rendezvous
+/// it holds (its pending queues are walked per progress): 5,000 16 KiB
+/// sends in flight ran at 1,900 msgs/s where 8 at a time ran at 40,000.
+constexpr unsigned MaxLargeInFlight = 8;
 
 /// Whether peer error handling should be enabled on shared-memory
 /// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
@@ -131,10 +145,17 @@ Error ucxError(const Twine &What, ucs_status_t S) {
 
 class UcxTransport;
 
+/// A large body kept by reference (Transport::sendShared) instead of in a
+/// copy: the bytes, and what keeps them alive.
+struct SharedBody {
+  std::shared_ptr<const void> Owner;
+  StringRef Bytes;
+};
+
 /// A send that did not leave at once: owns copies of the header and body
 /// until UCX is done with them (UCX 1.13 has no
-/// UCP_AM_SEND_FLAG_COPY_HEADER). Counted in its connection's Held while UCX
-/// holds it.
+/// UCP_AM_SEND_FLAG_COPY_HEADER), or a reference to a shared body. Counted
+/// in its connection's Held while UCX holds it.
 struct SendOp {
   UcxTransport *T;
   ConnId Conn;
@@ -143,6 +164,10 @@ struct SendOp {
   /// Empty once reported (the connection died first); the op then lives on
   /// only until UCX lets go of it.
   unique_function<void(Error)> Done;
+  /// Counted in its connection's LargeHeld too.
+  bool Large = false;
+  SharedBody Shared = {}; ///< The body instead of Body, if it has an owner.
+  StringRef body() const { return Shared.Owner ? Shared.Bytes : Body; }
 };
 
 /// An active message waiting in a connection's backlog (coalesced, or
@@ -154,21 +179,91 @@ struct Outgoing {
   /// One per frame that has a callback.
   std::vector<unique_function<void(Error)>> Done;
   size_t Frames = 0;
+  SharedBody Shared = {}; ///< As in SendOp.
+  StringRef body() const { return Shared.Owner ? Shared.Bytes : Body; }
 };
 
-/// A frame received on a connection, waiting for delivery in order.
+/// Buffers that rendezvous frames are received into, kept for the next
+/// ones: a frame's body is written once, by UCX, into memory that is
+/// neither allocated nor cleared for it (docs/transport.md, "Large
+/// frames"). Capacities are powers of two from 4 KiB to 16 MiB (larger
+/// bodies get a buffer of their own size); at most KeepPerClass buffers of
+/// a size and MaxKeptBytes in all wait for reuse. Every buffer is
+/// BufferedAlign-aligned, so the handler may run code on the body in place
+/// (TransportHandler::onBufferedFrame).
+class RecvPool {
+public:
+  static constexpr unsigned MinClass = 12, MaxClass = 24;
+  static constexpr size_t KeepPerClass = 64, MaxKeptBytes = 64 << 20;
+
+  /// A buffer of at least \p Size bytes (null if there is no memory for
+  /// it); \p Cap gets its capacity.
+  char *take(size_t Size, size_t &Cap) {
+    unsigned Class = classOf(Size);
+    if (Class > MaxClass) {
+      Cap = alignTo(Size, TransportHandler::BufferedAlign);
+    } else {
+      Cap = size_t(1) << Class;
+      std::vector<char *> &L = Free[Class - MinClass];
+      if (!L.empty()) {
+        char *P = L.back();
+        L.pop_back();
+        Kept -= Cap;
+        ++Reused;
+        return P;
+      }
+    }
+    ++Allocated;
+    return static_cast<char *>(
+        std::aligned_alloc(TransportHandler::BufferedAlign, Cap));
+  }
+  /// Returns a buffer from take() of capacity \p Cap.
+  void give(char *P, size_t Cap) {
+    unsigned Class = classOf(Cap);
+    if (Class <= MaxClass && Free[Class - MinClass].size() < KeepPerClass &&
+        Kept + Cap <= MaxKeptBytes) {
+      Free[Class - MinClass].push_back(P);
+      Kept += Cap;
+    } else {
+      std::free(P);
+    }
+  }
+  ~RecvPool() {
+    for (auto &L : Free)
+      for (char *P : L)
+        std::free(P);
+  }
+  uint64_t Allocated = 0, Reused = 0;
+
+private:
+  static unsigned classOf(size_t Size) {
+    return std::max<unsigned>(MinClass,
+                              Log2_64_Ceil(std::max<size_t>(Size, 1)));
+  }
+  std::vector<char *> Free[MaxClass - MinClass + 1];
+  size_t Kept = 0;
+};
+
+/// A frame received on a connection, waiting for delivery in order: an
+/// eager frame that arrived behind another (a copy), or a rendezvous frame
+/// (received into a RecvPool buffer; Ready once UCX has written it all).
+/// Shared by the connection's queue and, while UCX writes into it, by the
+/// transport's Receiving map, so that dropping the connection never frees
+/// memory UCX is writing into.
 struct Arrival {
-  std::string Header;
-  std::string Body;
+  UcxTransport *T = nullptr;
+  ConnId Conn = 0;
+  ucp_ep_h Ep = nullptr; ///< The endpoint a rendezvous frame arrives on.
+  SmallString<TokenSize + 64> Header;
+  std::string Copy;        ///< An eager frame's body.
+  RecvPool *Pool = nullptr; ///< Owner of Big, if any.
+  char *Big = nullptr;     ///< A rendezvous frame's body
+  size_t Length = 0, Cap = 0; ///< and its length and capacity.
   bool Ready = false; ///< False while a rendezvous receive is in flight.
-};
-
-/// A rendezvous receive in flight. It shares the buffer with the queue so
-/// that dropping the connection never frees memory UCX is writing into.
-struct RecvOp {
-  UcxTransport *T;
-  ConnId Conn;
-  std::shared_ptr<Arrival> Slot;
+  ~Arrival() {
+    if (Big)
+      Pool->give(Big, Cap);
+  }
 };
 
 class UcxTransport final : public Transport {
@@ -177,7 +272,9 @@ public:
   create(const UcxTransportOptions &Opts);
   ~UcxTransport() override;
 
-  void setHandler(TransportHandler *H) override { Handler = H; }
+  void setHandler(TransportHandler *H) override {
+    (Handler == &Record ? Real : Handler) = H;
+  }
   Expected<uint16_t> listen(StringRef Host, uint16_t Port) override;
   Expected<ConnId> connect(StringRef Host, uint16_t Port) override;
   Expected<std::string> address() override;
@@ -187,11 +284,19 @@ public:
   bool trySendNow(ConnId C, StringRef Header, StringRef Body) override;
   void sendWithRoom(ConnId C, StringRef Header, StringRef Body,
                     unique_function<void(Error)> Done) override;
+  void sendShared(ConnId C, StringRef Header, StringRef Body,
+                  const std::shared_ptr<const void> &Owner,
+                  unique_function<void(Error)> Done) override;
   void disconnect(ConnId C) override;
   bool progress() override;
   Error wait(int TimeoutMs) override;
   void signal() override;
-  TransportStats stats() const override { return Stats; }
+  TransportStats stats() const override {
+    TransportStats S = Stats;
+    S.RecvBuffersAllocated = Pool.Allocated;
+    S.RecvBuffersReused = Pool.Reused;
+    return S;
+  }
 
 private:
   struct Conn {
@@ -211,6 +316,10 @@ private:
     /// the sender backs off from a full FIFO rather than retrying it, and
     /// the receiver gets many frames per active message.
     unsigned Held = 0;
+    /// Those of them that are large frames (at most MaxLargeInFlight).
+    unsigned LargeHeld = 0;
+    /// Bytes of copied large bodies in Backlog (see MaxCopiedBacklog).
+    size_t CopiedBytes = 0;
     std::deque<Outgoing> Backlog;
     /// The progress() round of this connection's last frame sent at once.
     uint64_t LastRound = 0;
@@ -269,6 +378,16 @@ private:
   /// completes at once; false (nothing sent) when UCX cannot right now or
   /// the frame is too big for it.
   bool sendInline(Conn &Co, StringRef Header, StringRef Body);
+  /// The body of the frame being sent, kept in \p Op (a SendOp or an
+  /// Outgoing): by reference when sendShared() is sending it, else copied.
+  template <typename OpT> void keepBody(OpT &Op, StringRef Body) {
+    if (Sharing) {
+      Op.Shared = SharedBody{*Sharing, Body};
+      Sharing = nullptr; // One frame's body.
+    } else {
+      Op.Body = Body.str();
+    }
+  }
   /// Sends one active message on \p Co (connection \p C).
   void post(Conn &Co, ConnId C, unsigned AmId, StringRef Header, StringRef Body,
             bool Reply, unique_function<void(Error)> &&Done);
@@ -316,6 +435,10 @@ private:
   LLVM_ATTRIBUTE_NOINLINE void deliverAmAfterRing(ConnId C, Conn &Co,
                                                   StringRef Header,
                                                   StringRef Body);
+  /// deliverAm() of a rendezvous frame received into a pooled buffer,
+  /// which the handler may use in place (onBufferedFrame).
+  void deliverBuffered(ConnId C, Conn &Co, StringRef Header,
+                       MutableArrayRef<char> Body);
   /// Queues a frame on \p Co, receiving it first when it is a rendezvous.
   LLVM_ATTRIBUTE_NOINLINE ucs_status_t hold(ConnId C, Conn &Co,
                                             StringRef Header, void *Data,
@@ -405,12 +528,49 @@ private:
                                 const ucp_am_recv_param_t *Param);
   static void onSendDone(void *Req, ucs_status_t S, void *User);
   static void onRecvDone(void *Req, ucs_status_t S, size_t Len, void *User);
+  /// Ends a rendezvous receive: \p A is complete, or dropped with \p S.
+  void received(Arrival *A, ucs_status_t S);
+  /// Progresses UCX until \p C's copied backlog is down to half of
+  /// MaxCopiedBacklog (or the connection fails, or nothing moves for 5 s),
+  /// with every delivery recorded for the next progress().
+  LLVM_ATTRIBUTE_NOINLINE void makeRoom(ConnId C);
+  /// Delivers what was recorded while send() made room, in order.
+  LLVM_ATTRIBUTE_NOINLINE void replay();
+
+  /// The handler while send() makes room: frames and accepts are kept (with
+  /// copies) for the next progress(), so that no callback runs inside
+  /// send(). It stays in place until then, so that later deliveries keep
+  /// their order behind the recorded ones.
+  struct Recorder final : TransportHandler {
+    struct Event {
+      ConnId Conn;
+      bool Accept;
+      std::string Header, Body;
+    };
+    std::deque<Event> Events;
+    void onFrame(ConnId C, StringRef H, StringRef B) override {
+      Events.push_back({C, false, H.str(), B.str()});
+    }
+    void onAccept(ConnId C) override { Events.push_back({C, true, {}, {}}); }
+    void onDisconnect(ConnId, StringRef) override {} // report() does these.
+  } Record;
+  TransportHandler *Real = nullptr; ///< Handler's value while recording.
 
   ucp_context_h Context = nullptr;
   ucp_worker_h Worker = nullptr;
   ucp_listener_h Listener = nullptr;
   int WakeFd = -1;
   TransportHandler *Handler = nullptr;
+  /// Declared before Conns: arrivals give their buffers back to it.
+  RecvPool Pool;
+  /// Rendezvous receives UCX has not completed, on open and closed
+  /// connections alike, and how many of them each endpoint carries.
+  DenseMap<Arrival *, std::shared_ptr<Arrival>> Receiving;
+  DenseMap<ucp_ep_h, unsigned> EpReceives;
+  /// Endpoints disconnect() closes once their receives are done: UCX 1.13
+  /// cannot flush-close an endpoint that has rendezvous receives in flight
+  /// (it asserts when it destroys the endpoint).
+  DenseSet<ucp_ep_h> CloseWhenReceived;
   std::map<ConnId, Conn> Conns; ///< Erased only through eraseConn().
   ConnId MemoId = 0;
   Conn *MemoConn = nullptr;
@@ -429,7 +589,16 @@ private:
   SmallVector<ConnId, 4> Backlogged;
   /// progress() calls so far (see Conn::LastRound).
   uint64_t Round = 1;
+  /// The owner of the body sendShared() is sending, for keepBody(); null
+  /// otherwise.
+  const std::shared_ptr<const void> *Sharing = nullptr;
   bool Coalesce = true;
+  /// Bytes of large bodies a connection's backlog may hold in copies before
+  /// send() waits for room (makeRoom()): a sender that copies faster than
+  /// the network carries them would otherwise queue without bound (tc-bench's
+  /// local mode queued 1.1 GB of 64 KiB frames). Bodies sent with
+  /// sendShared() are not copies and do not count.
+  size_t MaxCopiedBacklog = 32 << 20;
   /// Sends UCX has not completed, on open and closed connections alike.
   SmallPtrSet<SendOp *, 16> Sending;
   std::mt19937_64 Random{std::random_device{}()};
@@ -464,6 +633,7 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
     if (Error E = Opts.MailboxShape.check())
       return std::move(E);
   }
+  T->MaxCopiedBacklog = std::max<size_t>(Opts.MaxCopiedBacklog, 1);
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)
@@ -538,6 +708,24 @@ UcxTransport::~UcxTransport() {
   Destroying = true;
   if (Listener)
     ucp_listener_destroy(Listener);
+  // Rendezvous receives in flight keep their endpoints from closing (UCX
+  // 1.13 asserts when it destroys an endpoint that still has one): let them
+  // finish for a bounded time, then discard the endpoints of those that did
+  // not (their peer stopped sending). A forced close completes them with an
+  // error; it is the one case where a peer's reply endpoint is closed here.
+  auto RecvDeadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (Worker && !Receiving.empty() &&
+         std::chrono::steady_clock::now() < RecvDeadline)
+    ucp_worker_progress(Worker);
+  SmallVector<ucp_ep_h, 4> Stuck;
+  for (auto &KV : EpReceives)
+    Stuck.push_back(KV.first);
+  for (ucp_ep_h Ep : Stuck) {
+    CloseWhenReceived.erase(Ep);
+    ClosingEps.erase(Ep);
+    closeEp(Ep, /*Force=*/true);
+  }
   // Close every endpoint, flushing so peers hear about it; force what has
   // not finished in a bounded time (the peer may be dead, and a flush to a
   // dead peer lasts until UCX's keepalive gives up on it).
@@ -582,6 +770,9 @@ UcxTransport::~UcxTransport() {
     ucp_worker_destroy(Worker); // May complete sends: onSendDone frees them.
   for (SendOp *Op : Sending)
     delete Op;
+  // Receives UCX never completed (their peer died mid-rendezvous): nothing
+  // writes into their buffers any more.
+  Receiving.clear();
   for (auto &D : Completions)
     D.first(createStringError(D.second.empty() ? "transport destroyed"
                                                : D.second));
@@ -700,6 +891,7 @@ void UcxTransport::onSendDone(void *Req, ucs_status_t S, void *User) {
   if (It != T->Conns.end()) {
     Peer = It->second.Peer;
     --It->second.Held;
+    It->second.LargeHeld -= Op->Large;
   }
   // Queued, not called: a forced close completes sends from inside
   // ucp_ep_close_nbx(), which disconnect() and the destructor call.
@@ -721,6 +913,17 @@ void UcxTransport::send(ConnId C, StringRef Header, StringRef Body,
 void UcxTransport::sendWithRoom(ConnId C, StringRef Header, StringRef Body,
                                 unique_function<void(Error)> Done) {
   sendFrame(C, Header, Body, std::move(Done), /*Room=*/true);
+}
+
+void UcxTransport::sendShared(ConnId C, StringRef Header, StringRef Body,
+                              const std::shared_ptr<const void> &Owner,
+                              unique_function<void(Error)> Done) {
+  // Only a large body is kept (small ones leave at once, or are batched);
+  // keepBody() takes the reference where it would take the copy.
+  if (isLarge(Body.size()))
+    Sharing = &Owner;
+  sendFrame(C, Header, Body, std::move(Done), /*Room=*/true);
+  Sharing = nullptr;
 }
 
 inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
@@ -758,8 +961,17 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
   // alone (UCX keeps an endpoint's sends in order).
   bool Again = Co->LastRound == Round &&
                Header.size() + Body.size() <= BatchFrameMax;
-  if (Coalesce && (Co->Held || !Co->Backlog.empty() || Again)) {
+  // A large frame goes to UCX even while UCX holds earlier sends (UCX keeps
+  // an endpoint's sends in order), up to MaxLargeInFlight of them:
+  // rendezvous frames then overlap instead of each waiting for the one
+  // before it to finish. With coalescing off, the backlog holds only what
+  // waits for that limit, and what was sent after it.
+  bool Wait = isLarge(Body.size()) ? Co->LargeHeld >= MaxLargeInFlight
+                                   : Coalesce && (Co->Held || Again);
+  if (Wait || !Co->Backlog.empty()) {
     backlog(*Co, C, Header, Body, std::move(Done));
+    if (LLVM_UNLIKELY(Co->CopiedBytes > MaxCopiedBacklog))
+      makeRoom(C);
     return;
   }
   Co->LastRound = Round;
@@ -864,9 +1076,10 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
     Backlogged.push_back(C);
     Chores = true;
   }
-  // A big frame goes alone; a small one joins the open batch, or opens one.
+  // A big frame goes alone; a small one joins the open batch, or opens one
+  // (with coalescing off, every frame goes alone).
   size_t Size = Header.size() + Body.size();
-  bool Alone = Size > BatchFrameMax;
+  bool Alone = Size > BatchFrameMax || !Coalesce;
   if (Alone || Co.Backlog.empty() || Co.Backlog.back().AmId != BatchAmId ||
       Co.Backlog.back().Body.size() + BatchRecordOverhead + Size > BatchMax) {
     Outgoing &O = Co.Backlog.emplace_back();
@@ -879,7 +1092,9 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
   Outgoing &O = Co.Backlog.back();
   if (Alone) {
     O.Header += Header;
-    O.Body = Body.str();
+    keepBody(O, Body);
+    if (!O.Shared.Owner && isLarge(Body.size()))
+      Co.CopiedBytes += Body.size();
   } else {
     appendBatchRecord(O.Body, Header, Body);
   }
@@ -903,9 +1118,18 @@ bool UcxTransport::flushBacklogs() {
 }
 
 void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
-  while (!Co.Backlog.empty() && (All || !Co.Held)) {
+  while (!Co.Backlog.empty()) {
+    // A large frame waits only for a free place among the large frames in
+    // flight; anything else waits until UCX holds nothing of this
+    // connection.
+    if (!All && (isLarge(Co.Backlog.front().body().size())
+                     ? Co.LargeHeld >= MaxLargeInFlight
+                     : Co.Held != 0))
+      break;
     Outgoing O = std::move(Co.Backlog.front());
     Co.Backlog.pop_front();
+    if (!O.Shared.Owner && isLarge(O.Body.size()))
+      Co.CopiedBytes -= O.Body.size();
     if (O.AmId == BatchAmId) {
       ++Stats.Batches;
       Stats.BatchedFrames += O.Frames;
@@ -926,7 +1150,7 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     // is copied again.
     submit(Co,
            new SendOp{this, C, std::move(O.Header), std::move(O.Body),
-                      std::move(Done)},
+                      std::move(Done), false, std::move(O.Shared)},
            O.AmId, 0);
   }
 }
@@ -960,8 +1184,9 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   // UCX keeps pointers to the header and body of a send it cannot start at
   // once, so both are copied into the op (UCX 1.13 has no
   // UCP_AM_SEND_FLAG_COPY_HEADER).
-  submit(Co, new SendOp{this, C, Header.str(), Body.str(), std::move(Done)},
-         AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+  auto *Op = new SendOp{this, C, Header.str(), {}, std::move(Done)};
+  keepBody(*Op, Body);
+  submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0);
 }
 
 void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
@@ -974,7 +1199,7 @@ void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
   P.user_data = Op;
   ucs_status_ptr_t R =
       ucp_am_send_nbx(Co.Ep, AmId, Op->Header.data(), Op->Header.size(),
-                      Op->Body.data(), Op->Body.size(), &P);
+                      Op->body().data(), Op->body().size(), &P);
   if (R == nullptr) {
     complete(std::move(Op->Done), "");
     delete Op;
@@ -986,6 +1211,8 @@ void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
     delete Op;
   } else {
     ++Co.Held;
+    Op->Large = isLarge(Op->body().size());
+    Co.LargeHeld += Op->Large;
     Sending.insert(Op);
   }
 }
@@ -1017,14 +1244,22 @@ void UcxTransport::disconnect(ConnId C) {
     return;
   // Flush: frames already sent reach the peer, and their sends complete
   // (from a later progress()) as UCX finishes them, successfully or not.
-  if (It->second.Ep) {
+  ucp_ep_h Ep = It->second.Ep;
+  if (Ep) {
     flushPending(C, It->second, /*All=*/true);
     flushBacklog(It->second, C, /*All=*/true);
   }
-  if (It->second.Ep && It->second.Owned)
-    closeEp(It->second.Ep, /*Force=*/false);
-  else if (It->second.Ep)
-    ByEp.erase(It->second.Ep);
+  if (Ep && It->second.Owned && EpReceives.count(Ep)) {
+    // Closed when its rendezvous receives are done; frames arriving on it
+    // meanwhile belong to no connection.
+    ByEp.erase(Ep);
+    ClosingEps.insert(Ep);
+    CloseWhenReceived.insert(Ep);
+  } else if (Ep && It->second.Owned) {
+    closeEp(Ep, /*Force=*/false);
+  } else if (Ep) {
+    ByEp.erase(Ep);
+  }
   eraseConn(It);
   llvm::erase_if(Lost, [&](const std::pair<ConnId, std::string> &L) {
     return L.first == C;
@@ -1032,6 +1267,12 @@ void UcxTransport::disconnect(ConnId C) {
 }
 
 void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
+  // A disconnected endpoint waiting for its receives: they will not come.
+  if (CloseWhenReceived.erase(Ep)) {
+    ClosingEps.erase(Ep);
+    closeEp(Ep, /*Force=*/true);
+    return;
+  }
   auto It = ByEp.find(Ep);
   if (It == ByEp.end())
     return;
@@ -1099,29 +1340,53 @@ void UcxTransport::deliverReady(ConnId C) {
       return;
     std::shared_ptr<Arrival> A = std::move(It->second.Queue.front());
     It->second.Queue.pop_front();
-    deliverAm(C, It->second, A->Header, A->Body);
+    // A rendezvous body is ours until the handler returns: it may run code
+    // on it in place. Then the buffer goes back to the pool (~Arrival).
+    if (A->Big)
+      deliverBuffered(C, It->second, A->Header,
+                      MutableArrayRef<char>(A->Big, A->Length));
+    else
+      deliverAm(C, It->second, A->Header, A->Copy);
   }
 }
 
 void UcxTransport::onRecvDone(void *Req, ucs_status_t S, size_t, void *User) {
-  auto *Op = static_cast<RecvOp *>(User);
-  UcxTransport *T = Op->T;
-  T->Activity = true;
-  if (S == UCS_OK) {
-    Op->Slot->Ready = true;
-  } else {
-    // The frame is lost with the connection; drop it from the queue.
-    auto It = T->Conns.find(Op->Conn);
-    if (It != T->Conns.end())
-      llvm::erase_if(It->second.Queue, [&](const std::shared_ptr<Arrival> &A) {
-        return A == Op->Slot;
-      });
-  }
-  ConnId C = Op->Conn;
-  delete Op;
+  auto *A = static_cast<Arrival *>(User);
   if (Req)
     ucp_request_free(Req);
-  T->deliverReady(C);
+  A->T->received(A, S);
+}
+
+void UcxTransport::received(Arrival *A, ucs_status_t S) {
+  Activity = true;
+  // The connection's queue may have let go of it (closed, lost): then this
+  // is the last reference.
+  auto R = Receiving.find(A);
+  if (R == Receiving.end())
+    return;
+  std::shared_ptr<Arrival> Own = std::move(R->second);
+  Receiving.erase(R);
+  ConnId C = A->Conn;
+  auto N = EpReceives.find(A->Ep);
+  if (N != EpReceives.end() && --N->second == 0) {
+    EpReceives.erase(N);
+    // The last receive of an endpoint disconnect() left open.
+    if (CloseWhenReceived.erase(A->Ep)) {
+      ClosingEps.erase(A->Ep);
+      closeEp(A->Ep, /*Force=*/false);
+    }
+  }
+  if (S == UCS_OK) {
+    A->Ready = true;
+  } else {
+    // The frame is lost with the connection; drop it from the queue.
+    auto It = Conns.find(C);
+    if (It != Conns.end())
+      llvm::erase_if(It->second.Queue,
+                     [&](const std::shared_ptr<Arrival> &Q) { return Q == Own; });
+  }
+  Own.reset();
+  deliverReady(C);
 }
 
 ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
@@ -1319,25 +1584,41 @@ ucs_status_t UcxTransport::onBatch(void *Arg, const void *Header,
 ucs_status_t UcxTransport::hold(ConnId C, Conn &Co, StringRef H, void *Data,
                                 size_t Length, bool Rndv) {
   auto Slot = std::make_shared<Arrival>();
-  Slot->Header = H.str();
+  Slot->Header = H;
   Co.Queue.push_back(Slot);
   if (!Rndv) {
-    Slot->Body.assign(static_cast<const char *>(Data), Length);
+    Slot->Copy.assign(static_cast<const char *>(Data), Length);
     Slot->Ready = true;
     return UCS_OK;
   }
-  Slot->Body.resize(Length);
-  auto *Op = new RecvOp{this, C, Slot};
-  ucp_request_param_t P{};
+  // Received into a pooled buffer: no allocation, no clearing, and the
+  // handler may use it in place. Several may be in flight on one
+  // connection; they are delivered in the order they arrived.
+  Slot->Big = Pool.take(Length, Slot->Cap);
+  if (LLVM_UNLIKELY(!Slot->Big)) {
+    // No memory for it: dropped (and counted), as a malformed frame is;
+    // UCX tells the sender the data is not wanted.
+    Co.Queue.pop_back();
+    ++Stats.DroppedFrames;
+    return UCS_OK;
+  }
+  Slot->T = this;
+  Slot->Conn = C;
+  Slot->Ep = Co.Ep;
+  ++EpReceives[Co.Ep];
+  Slot->Pool = &Pool;
+  Slot->Length = Length;
+  Arrival *A = Slot.get();
+  Receiving[A] = std::move(Slot);
+  ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   P.cb.recv_am = &UcxTransport::onRecvDone;
-  P.user_data = Op;
-  ucs_status_ptr_t R =
-      ucp_am_recv_data_nbx(Worker, Data, Slot->Body.data(), Length, &P);
+  P.user_data = A;
+  ucs_status_ptr_t R = ucp_am_recv_data_nbx(Worker, Data, A->Big, Length, &P);
   if (R == nullptr)
-    onRecvDone(nullptr, UCS_OK, Length, Op);
+    received(A, UCS_OK);
   else if (UCS_PTR_IS_ERR(R))
-    onRecvDone(nullptr, UCS_PTR_STATUS(R), 0, Op);
+    received(A, UCS_PTR_STATUS(R));
   return UCS_INPROGRESS;
 }
 
@@ -1366,10 +1647,16 @@ bool UcxTransport::progress() {
 }
 
 bool UcxTransport::progressWithChores() {
+  // Frames recorded while send() waited for room go first (makeRoom).
+  bool Replayed = false;
+  if (LLVM_UNLIKELY(Handler == &Record)) {
+    replay();
+    Replayed = true;
+  }
   bool Flushed = !Backlogged.empty() && flushBacklogs();
   bool Polled = !Rings.empty() && ringsReady() && pollRings();
   Activity = ucp_worker_progress(Worker) != 0;
-  Activity |= Flushed | Polled;
+  Activity |= Flushed | Polled | Replayed;
   doChores();
   return Activity;
 }
@@ -1386,7 +1673,55 @@ void UcxTransport::doChores() {
   if (!PendingConns.empty())
     flushPendings();
   Chores = !Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
-           !Closing.empty() || !PendingConns.empty();
+           !Closing.empty() || !PendingConns.empty() || Handler == &Record;
+}
+
+void UcxTransport::makeRoom(ConnId C) {
+  ++Stats.SendWaits;
+  if (Handler != &Record) {
+    Real = Handler;
+    Handler = &Record;
+    Chores = true; // progress() replays what is recorded.
+  }
+  size_t Least = SIZE_MAX;
+  auto Since = std::chrono::steady_clock::now();
+  for (unsigned I = 1;; ++I) {
+    Conn *Co = findConn(C);
+    if (!Co || !Co->Ep || Co->CopiedBytes <= MaxCopiedBacklog / 2)
+      return;
+    if (Co->CopiedBytes < Least) {
+      Least = Co->CopiedBytes;
+      Since = std::chrono::steady_clock::now();
+    } else if ((I & 1023) == 0 &&
+               std::chrono::steady_clock::now() - Since >
+                   std::chrono::seconds(5)) {
+      // A peer that takes nothing for seconds (alive but not progressing):
+      // stop waiting; the copies then queue as they did before.
+      return;
+    }
+    ucp_worker_progress(Worker);
+    flushBacklog(*Co, C, /*All=*/false);
+  }
+}
+
+void UcxTransport::replay() {
+  // Recording goes on until the last recorded event is delivered: a
+  // handler that sends (and waits for room) appends to the events, and one
+  // that re-enters progress() delivers the rest first, so the order holds.
+  while (!Record.Events.empty()) {
+    Recorder::Event E = std::move(Record.Events.front());
+    Record.Events.pop_front();
+    Activity = true;
+    // A handler may have closed the connection meanwhile.
+    if (!Conns.count(E.Conn))
+      continue;
+    if (E.Accept)
+      Real->onAccept(E.Conn);
+    else
+      Real->onFrame(E.Conn, E.Header, E.Body);
+  }
+  if (Handler == &Record)
+    Handler = Real;
 }
 
 void UcxTransport::report() {
@@ -1434,9 +1769,10 @@ Error UcxTransport::wait(int TimeoutMs) {
   // A backlog is sent from progress(), and UCX raises no event when the
   // sends it waits for leave: keep the caller progressing.
   // Frames waiting for mailbox credit: it comes back by put, which raises
-  // no event here either.
+  // no event here either. Frames recorded while send() waited for room are
+  // delivered by the next progress().
   if (!Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
-      !PendingConns.empty())
+      !PendingConns.empty() || Handler == &Record)
     return Error::success();
   ucs_status_t S = ucp_worker_arm(Worker);
   if (S == UCS_ERR_BUSY)
@@ -1666,6 +2002,18 @@ void UcxTransport::deliverAmAfterRing(ConnId C, Conn &Co, StringRef Header,
     return;
   ++Again->AmDelivered;
   Handler->onFrame(C, Header, Body);
+}
+
+void UcxTransport::deliverBuffered(ConnId C, Conn &Co, StringRef Header,
+                                   MutableArrayRef<char> Body) {
+  Conn *To = &Co;
+  if (Co.In && Co.In->Accepted) {
+    // The mailbox frames sent before this one go first.
+    if (!drainRing(C, Co.AmDelivered) || !(To = findConn(C)))
+      return;
+  }
+  ++To->AmDelivered;
+  Handler->onBufferedFrame(C, Header, Body);
 }
 
 bool UcxTransport::pollRings() {

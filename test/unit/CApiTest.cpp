@@ -1110,3 +1110,114 @@ TEST(CApi, EvictCodeIsRefusedWhileAMessageRuns) {
   EXPECT_EQ(Seen, TC_ERR_INVALID_PARAM);
   tc_ep_destroy(Ep);
 }
+
+/// What a large-payload function records: the sum of its payload's 64-bit
+/// words, whether any payload was not 16-byte aligned, and its calls.
+struct BigSums {
+  uint64_t Sum = 0, Misaligned = 0, Count = 0;
+};
+
+/// NAME_main for BigSums: sums the words, zeroing each (the payload is the
+/// function's to write).
+std::string bigSumIR(const std::string &Name) {
+  return "define void @" + Name + R"(_main(ptr %p, i64 %n, ptr %t) {
+entry:
+  %words = lshr i64 %n, 3
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%i1, %body]
+  %acc = phi i64 [0, %entry], [%acc1, %body]
+  %done = icmp eq i64 %i, %words
+  br i1 %done, label %exit, label %body
+body:
+  %q = getelementptr i64, ptr %p, i64 %i
+  %v = load i64, ptr %q
+  store i64 0, ptr %q
+  %acc1 = add i64 %acc, %v
+  %i1 = add i64 %i, 1
+  br label %loop
+exit:
+  %s = load i64, ptr %t
+  %s1 = add i64 %s, %acc
+  store i64 %s1, ptr %t
+  %ip = ptrtoint ptr %p to i64
+  %mis = and i64 %ip, 15
+  %mp = getelementptr i8, ptr %t, i64 8
+  %m = load i64, ptr %mp
+  %m1 = or i64 %m, %mis
+  store i64 %m1, ptr %mp
+  %cp = getelementptr i8, ptr %t, i64 16
+  %c = load i64, ptr %cp
+  %c1 = add i64 %c, 1
+  store i64 %c1, ptr %cp
+  ret void
+})";
+}
+
+TEST(CApi, LargePayloadsMayBeChangedRightAfterTheSend) {
+  // Large frames leave without a copy of the message's payload (the send
+  // keeps a reference) and are run on the receive buffer; a payload changed
+  // through tc_msg_payload, or a local payload reused, right after the send
+  // must not change what that send carries.
+  BigSums Injected, Local;
+  Worker Target(&Injected), Source;
+  ASSERT_EQ(tc_worker_register_local(
+                Target.W, "bigsum",
+                [](void *P, size_t N, void *Args) {
+                  auto *S = static_cast<BigSums *>(Args);
+                  auto *W = static_cast<uint64_t *>(P);
+                  for (size_t I = 0; I < N / 8; ++I) {
+                    S->Sum += W[I];
+                    W[I] = 0;
+                  }
+                  S->Misaligned |= reinterpret_cast<uintptr_t>(P) % 16;
+                  ++S->Count;
+                }),
+            TC_OK);
+  ASSERT_EQ(tc_worker_set_target_args(Target.W, "bigsum", &Local), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  tc_ifunc_h F = Source.reg(ifuncArchive("big", bigSumIR("big")));
+  ASSERT_TRUE(F);
+  const size_t Words = (256 << 10) / 8;
+  std::vector<uint64_t> Args(Words);
+  for (size_t I = 0; I < Words; ++I)
+    Args[I] = I + 1;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, Args.data(), Words * 8, &M), TC_OK);
+  const int N = 12;
+  int Completed = 0;
+  auto Count = [](void *A, tc_status_t S) {
+    EXPECT_EQ(S, TC_OK);
+    ++*static_cast<int *>(A);
+  };
+  uint64_t WantInjected = 0, WantLocal = 0;
+  for (int R = 0; R < N; ++R) {
+    size_t Size = 0;
+    auto *P = static_cast<uint64_t *>(tc_msg_payload(M, &Size));
+    ASSERT_EQ(Size, Words * 8);
+    for (size_t I = 0; I < Words; ++I)
+      WantInjected += P[I];
+    ASSERT_EQ(tc_msg_send(Ep, M, Count, &Completed), TC_INPROGRESS);
+    // Changed while the send may still be in flight.
+    P = static_cast<uint64_t *>(tc_msg_payload(M, nullptr));
+    P[R] += 1000003 * (R + 1);
+    for (uint64_t W : Args)
+      WantLocal += W;
+    ASSERT_EQ(tc_ep_send_local(Ep, "bigsum", Args.data(), Words * 8, Count,
+                               &Completed),
+              TC_INPROGRESS);
+    Args[Words - 1 - R] += 7 * (R + 1);
+  }
+  ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+  EXPECT_EQ(Completed, 2 * N);
+  EXPECT_EQ(Injected.Count, uint64_t(N));
+  EXPECT_EQ(Injected.Sum, WantInjected);
+  EXPECT_EQ(Injected.Misaligned, 0u);
+  EXPECT_EQ(Local.Count, uint64_t(N));
+  EXPECT_EQ(Local.Sum, WantLocal);
+  EXPECT_EQ(Local.Misaligned, 0u);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+}

@@ -6,6 +6,8 @@
 // header "quit" arrives. With --address it prints "address HEX" (its worker
 // address) instead, for a peer that connects by address, and echoes with
 // trySendNow() first, so echoes go by mailbox where the transport has one.
+// A frame with header "die" is echoed and the process exits at once,
+// before the echo's data can leave.
 // TransportTest starts it. It also exits when its parent goes away or after
 // a minute, so a failed test never leaves it behind.
 //
@@ -38,6 +40,12 @@ struct Echo final : TransportHandler {
     if (Header == "quit") {
       Quit = true;
       return;
+    }
+    if (Header == "die") {
+      // The echo's rendezvous request leaves; its data never will: the
+      // peer dies in the middle of a large frame.
+      T->send(C, Header, Body, nullptr);
+      _exit(3);
     }
     if (Now && T->trySendNow(C, Header, Body))
       return;
