@@ -225,11 +225,20 @@ int main(int argc, char **argv) {
   std::vector<std::string> Regions(Conns.size());
   for (size_t K = 0; K < Conns.size(); ++K) {
     ConnId Conn = Conns[K];
+    // Progress between sends, so that a long stream leaves as it is made
+    // instead of queueing whole in memory first (a connection's frames wait
+    // in this process until the target has welcomed it).
     if (!Local.empty())
-      for (uint64_t I = 0; I < N; ++I)
+      for (uint64_t I = 0; I < N && !Closed; ++I) {
         R.sendLocal(Conn, Local, Args, Completed);
-    for (uint64_t I = 0; I < N * Messages.size(); ++I)
+        if ((I & 63) == 63)
+          R.progress();
+      }
+    for (uint64_t I = 0; I < N * Messages.size() && !Closed; ++I) {
       R.send(Conn, Messages[I % Messages.size()], Completed);
+      if ((I & 63) == 63)
+        R.progress();
+    }
 
     if (ReadBytes) {
       R.readRegion(Conn, ReadBytes, [&, K](Expected<std::string> D) {
