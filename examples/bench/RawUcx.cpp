@@ -4,6 +4,7 @@
 #include "Bench.h"
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sched.h>
@@ -166,6 +167,19 @@ void rawClose(RawSide &S) {
   if (S.Ctx)
     ucp_cleanup(S.Ctx);
   S = RawSide();
+}
+
+void rawAwaitGoodbye(int Fd, std::string &Err) {
+  char Bye;
+  if (Err.empty() && !readAll(Fd, &Bye, 1))
+    Err = "the client went away";
+}
+
+int rawServerExit(const char *Name, const std::string &Err) {
+  if (Err.empty())
+    return 0;
+  std::fprintf(stderr, "tc-bench: error: %s server: %s\n", Name, Err.c_str());
+  return 1;
 }
 
 void pinTo(int Cpu) {

@@ -70,6 +70,14 @@ bool writeAll(int Fd, const void *P, size_t N);
 bool readAll(int Fd, void *P, size_t N);
 bool writeBlob(int Fd, const std::string &B);
 bool readBlob(int Fd, std::string &B);
+/// A server's last steps: waits for the client's goodbye byte on \p Fd
+/// (the client is done: closing the endpoint cannot cut it off), unless
+/// \p Err already says something failed; then an error about a client
+/// that went away.
+void rawAwaitGoodbye(int Fd, std::string &Err);
+/// A server process's exit code: 0, or 1 after printing \p Err as
+/// "tc-bench: error: NAME server: ...".
+int rawServerExit(const char *Name, const std::string &Err);
 /// Pins this process to \p Cpu (ignored when negative).
 void pinTo(int Cpu);
 

@@ -105,18 +105,14 @@ int serve(int Fd, void *Arg) {
   if (Err.empty() && (Err = await(S, Pings + Msgs)).empty())
     Err = send(S);
   // Wait for the client to be done before closing the endpoint under it.
-  char Bye;
-  if (Err.empty() && !readAll(Fd, &Bye, 1))
-    Err = "the client went away";
+  rawAwaitGoodbye(Fd, Err);
   if (Err.empty() && S.Bad)
     Err = std::to_string(S.Bad) + " malformed messages";
   if (Err.empty() && S.Counter != Pings + Msgs)
     Err = "ran " + std::to_string(S.Counter) + " increments, expected " +
           std::to_string(Pings + Msgs);
   rawClose(S);
-  if (!Err.empty())
-    std::fprintf(stderr, "tc-bench: error: ucx_am server: %s\n", Err.c_str());
-  return Err.empty() ? 0 : 1;
+  return rawServerExit("ucx_am", Err);
 }
 
 std::string drive(int Fd, void *Arg) {

@@ -218,18 +218,14 @@ int serve(int Fd, void *Arg) {
   if (Err.empty() && (Err = Await(N.Pings + N.Msgs)).empty())
     Err = sendPong(S);
   // Wait for the client to be done before closing the endpoint under it.
-  char Bye;
-  if (Err.empty() && !readAll(Fd, &Bye, 1))
-    Err = "the client went away";
+  rawAwaitGoodbye(Fd, Err);
   Report R{S.Sss.count,    S.Sss.sum,
            S.Iput.count,   S.Iput.rejected,
            fnv1a(S.IputBuf.data(), S.IputBuf.size()), S.Bad};
   if (Err.empty() && !writeAll(Fd, &R, sizeof R))
     Err = "cannot report to the client";
   rawClose(S);
-  if (!Err.empty())
-    std::fprintf(stderr, "tc-bench: error: ucx_am server: %s\n", Err.c_str());
-  return Err.empty() ? 0 : 1;
+  return rawServerExit("ucx_am", Err);
 }
 
 /// The client: ping-pongs, then the rate run.

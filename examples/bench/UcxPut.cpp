@@ -116,13 +116,9 @@ int serve(int Fd, void *Arg) {
   for (uint64_t I = 1; Err.empty() && I <= R.Warmup + R.Iters; ++I)
     if ((Err = await(S, I, R.Size)).empty())
       Err = put(S, I);
-  char Bye;
-  if (Err.empty() && !readAll(Fd, &Bye, 1))
-    Err = "the client went away";
+  rawAwaitGoodbye(Fd, Err);
   tearDown(S);
-  if (!Err.empty())
-    std::fprintf(stderr, "tc-bench: error: ucx_put server: %s\n", Err.c_str());
-  return Err.empty() ? 0 : 1;
+  return rawServerExit("ucx_put", Err);
 }
 
 std::string drive(int Fd, void *Arg) {

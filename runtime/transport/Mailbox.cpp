@@ -53,6 +53,17 @@ static Expected<std::string> remoteKeyAt(StringRef B, size_t Off,
   return B.substr(Off, Len).str();
 }
 
+/// A record's fixed part is there and its version is ours.
+static Error checkRecordHead(StringRef B, size_t Fixed, const char *What) {
+  if (B.size() < Fixed)
+    return badRecord(What, formatv("{0} bytes, need at least {1}", B.size(),
+                                   Fixed));
+  if (uint8_t(B[0]) != RecordVersion)
+    return badRecord(What, formatv("version {0} (this runtime reads {1})",
+                                   uint8_t(B[0]), RecordVersion));
+  return Error::success();
+}
+
 std::string encodeOffer(const Offer &O) {
   std::string Out(OfferFixed, '\0');
   char *P = &Out[0];
@@ -66,12 +77,8 @@ std::string encodeOffer(const Offer &O) {
 }
 
 Expected<Offer> decodeOffer(StringRef B) {
-  if (B.size() < OfferFixed)
-    return badRecord("offer", formatv("{0} bytes, need at least {1}",
-                                      B.size(), OfferFixed));
-  if (uint8_t(B[0]) != RecordVersion)
-    return badRecord("offer", formatv("version {0} (this runtime reads {1})",
-                                      uint8_t(B[0]), RecordVersion));
+  if (Error E = checkRecordHead(B, OfferFixed, "offer"))
+    return std::move(E);
   Offer O;
   O.Shape.SlotBytes = endian::read32le(B.data() + 1);
   O.Shape.Slots = endian::read32le(B.data() + 5);
@@ -96,12 +103,8 @@ std::string encodeAccept(const Accept &A) {
 }
 
 Expected<Accept> decodeAccept(StringRef B) {
-  if (B.size() < AcceptFixed)
-    return badRecord("accept", formatv("{0} bytes, need at least {1}",
-                                       B.size(), AcceptFixed));
-  if (uint8_t(B[0]) != RecordVersion)
-    return badRecord("accept", formatv("version {0} (this runtime reads {1})",
-                                       uint8_t(B[0]), RecordVersion));
+  if (Error E = checkRecordHead(B, AcceptFixed, "accept"))
+    return std::move(E);
   Accept A;
   A.FlagsAddress = endian::read64le(B.data() + 1);
   Expected<std::string> Key = remoteKeyAt(B, AcceptFixed, "accept");
