@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -140,16 +141,33 @@ int runSweep(const std::string &Which, const CommonOptions &O,
 
   bool Tc = Want[0] || Want[1];
   Child Srv;
-  ClientWorker C;
+  auto C = std::make_unique<ClientWorker>();
   tc_ep_h Ep = nullptr;
   tc_ifunc_h F = nullptr;
+  // The tc client: made at the start, and again after each ucx_am run.
+  auto Connect = [&] {
+    C = std::make_unique<ClientWorker>();
+    makeClient(*C, O.IfuncPath, false);
+    Ep = connectTo(*C, Srv);
+    F = registerIfunc(*C, Which.c_str());
+  };
+  // Before the ucx_am reference forks its server: a child forked while this
+  // process has a UCX worker shares UCX's event set (one epoll instance
+  // per process, inherited), and this process's UCX thread then spun on
+  // the child's events, on the client CPU (the reference measured 5-10x
+  // slower after a tc mode than alone).
+  auto Disconnect = [&] {
+    tc_ifunc_deregister(F);
+    tc_ep_destroy(Ep);
+    C.reset();
+    F = nullptr;
+    Ep = nullptr;
+  };
   if (Tc) {
     Srv = startServer({selfPath(), "serve", "--listen", "127.0.0.1:0",
                        "--ifunc-path", O.IfuncPath},
                       "", Which + " server");
-    makeClient(C, O.IfuncPath, false);
-    Ep = connectTo(C, Srv);
-    F = registerIfunc(C, Which.c_str());
+    Connect();
   }
   bool Sum = Which == "sss";
   std::vector<Record> Out;
@@ -164,9 +182,13 @@ int runSweep(const std::string &Which, const CommonOptions &O,
       Words[I] = Sum ? I * 2654435761u + Size
                      : (I == 0 ? 0 : 0x0101010101010101ULL * (I + Size));
     tc_msg_h M = nullptr;
-    if (Tc && tc_msg_create(F, Words.data(), Size, &M) != TC_OK)
-      die("cannot create a " + Which + " message of " + std::to_string(Size) +
-          " bytes");
+    auto MakeMessage = [&] {
+      if (tc_msg_create(F, Words.data(), Size, &M) != TC_OK)
+        die("cannot create a " + Which + " message of " +
+            std::to_string(Size) + " bytes");
+    };
+    if (Tc)
+      MakeMessage();
     uint64_t Warm = Iters / 10 + 1;
     for (uint64_t Round = 0; Round < Rounds; ++Round) {
       for (size_t Mode = 0; Mode < NumModes; ++Mode) {
@@ -180,10 +202,18 @@ int runSweep(const std::string &Which, const CommonOptions &O,
         if (Name == "ucx_am") {
           // The tc server polls on the CPU the reference's server is pinned
           // to: it sleeps until the next bench.reset.
-          if (Tc)
-            control(C, Ep, "bench.idle", nullptr, 0);
+          if (Tc) {
+            control(*C, Ep, "bench.idle", nullptr, 0);
+            tc_msg_free(M);
+            M = nullptr;
+            Disconnect();
+          }
           UcxAmFigures U =
               ucxAmSweep(Sum, Words.data(), Size, Warm, Iters, Msgs, St);
+          if (Tc) {
+            Connect();
+            MakeMessage();
+          }
           Fig.Latency.push_back(U.LatencyUs);
           Fig.Rate.push_back(U.Rate);
         } else {
@@ -196,12 +226,12 @@ int runSweep(const std::string &Which, const CommonOptions &O,
             if (S != TC_INPROGRESS)
               die(Which + ": send failed: " + tc_status_string(S));
           };
-          control(C, Ep, "bench.reset", nullptr, 0);
+          control(*C, Ep, "bench.reset", nullptr, 0);
           Fig.Latency.push_back(
-              pingPong(C, Ep, Local ? PongLocal : PongIfunc, Send, Warm,
+              pingPong(*C, Ep, Local ? PongLocal : PongIfunc, Send, Warm,
                        Iters));
-          Fig.Rate.push_back(rate(C, Ep, Send, Msgs));
-          St = queryStats(C, Ep);
+          Fig.Rate.push_back(rate(*C, Ep, Send, Msgs));
+          St = queryStats(*C, Ep);
         }
         check(Which, Name, Sum, Words, Warm + Iters + Msgs, St);
       }
@@ -229,8 +259,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     }
   }
   if (Tc) {
-    tc_ifunc_deregister(F);
-    tc_ep_destroy(Ep);
+    Disconnect();
     stopServer(Srv);
   }
   printRecords(Out, O.Fmt);
