@@ -63,32 +63,20 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
                                    std::move(*J));
 }
 
-/// Asks the kernel to run the calling thread in short time slices (0.1 ms,
-/// the least it grants), keeping its policy, nice value and so its share of
-/// the CPU. Linux's EEVDF scheduler (6.12 and later: a custom slice for
-/// SCHED_OTHER) lets the task on a CPU run to the end of its slice before
-/// a task that wakes there; the compile's slice then bounds how long a
-/// progress thread waking on its CPU waits for it. Elsewhere, or where the
-/// call fails, nothing changes.
-static void preferShortSlices() {
-#if defined(__linux__) && defined(SYS_sched_setattr)
-  struct {
-    uint32_t Size, Policy;
-    uint64_t Flags;
-    int32_t Nice;
-    uint32_t Priority;
-    uint64_t Runtime, Deadline, Period;
-  } Attr{};
-  static_assert(sizeof Attr == 48, "struct sched_attr, version 0");
-  errno = 0;
-  int Nice = getpriority(PRIO_PROCESS, 0); // This thread's.
-  if (errno != 0 || sched_getscheduler(0) != SCHED_OTHER)
-    return;
-  Attr.Size = sizeof Attr;
-  Attr.Policy = SCHED_OTHER;
-  Attr.Nice = Nice;
-  Attr.Runtime = 100000; // ns
-  (void)syscall(SYS_sched_setattr, 0, &Attr, 0);
+/// Makes the calling thread (the compile helper) the one that gives way:
+/// nice 19 (on Linux a thread's own). Linux's EEVDF scheduler lets a task
+/// that wakes take the CPU when its virtual deadline comes before the
+/// running task's; a nice-19 task's deadlines lie far ahead (its weight is
+/// 15 against a nice-0 task's 1024), so a progress thread woken by a
+/// message preempts the compile at once instead of waiting out its slice.
+/// Only where the two share one CPU: the compile then gets it whenever the
+/// progress thread is idle, since that sleeps (finishCompiles). Elsewhere a
+/// nice-19 compile would starve behind threads that spin on every other
+/// CPU (tc-bench --no-pin: a first contact took 98 ms). Where the call
+/// fails, nothing changes.
+static void giveWayToProgress() {
+#if defined(__linux__) && defined(SYS_gettid)
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
 #endif
 }
 
@@ -97,6 +85,10 @@ static void preferShortSlices() {
 /// compiles on one JitEngine runs one at a time anyway.
 class Runtime::CompileThread {
 public:
+  /// \p GiveWay: the helper shares its one CPU with the progress thread,
+  /// which sleeps whenever it is idle during a compile (finishCompiles):
+  /// the helper runs at nice 19 there.
+  explicit CompileThread(bool GiveWay) : GiveWay(GiveWay) {}
   ~CompileThread() {
     {
       std::lock_guard<std::mutex> L(Mutex);
@@ -119,7 +111,8 @@ public:
 
 private:
   void run() {
-    preferShortSlices();
+    if (GiveWay)
+      giveWayToProgress();
     std::unique_lock<std::mutex> L(Mutex);
     for (;;) {
       Wake.wait(L, [&] { return Stop || !Jobs.empty(); });
@@ -137,6 +130,7 @@ private:
   std::condition_variable Wake;
   std::deque<std::function<void()>> Jobs;
   bool Stop = false;
+  const bool GiveWay;
   std::thread Thread;
 };
 
@@ -807,11 +801,11 @@ void Runtime::compileFor(const ArchiveHash &Hash, CompileWaiter W) {
   if (Opts.CompileExecutor)
     return Opts.CompileExecutor(std::move(Job));
   if (!Compiler) {
-    Compiler = std::make_unique<CompileThread>();
     // The helper inherits this thread's CPUs: with only one, they share it.
     cpu_set_t Cpus;
     NapWhileCompiling = sched_getaffinity(0, sizeof Cpus, &Cpus) == 0 &&
                         CPU_COUNT(&Cpus) == 1;
+    Compiler = std::make_unique<CompileThread>(NapWhileCompiling);
   }
   Compiler->post(std::move(Job));
 }
@@ -823,11 +817,17 @@ bool Runtime::finishCompiles(bool Busy) {
     Batch.swap(Finished);
   }
   // Nothing to do but wait for a compile that runs on this very CPU (the
-  // process may use only one): nap, so that it has the CPU. A loop that
-  // spins on progress would otherwise take half of it (and a yield would
-  // give it a whole time slice, 1.4 ms, while messages wait).
-  if (Batch.empty() && !Busy && NapWhileCompiling)
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // process may use only one): sleep until a frame arrives, the compile
+  // signals its end, or 1 ms, so that it has the CPU. A loop that spins on
+  // progress would otherwise take half of it (and a yield would give it a
+  // whole time slice, 1.4 ms, while messages wait); the helper runs at
+  // nice 19, so whatever wakes this thread takes the CPU back at once.
+  if (Batch.empty() && !Busy && NapWhileCompiling) {
+    if (Error E = T->wait(1))
+      consumeError(std::move(E));
+    std::lock_guard<std::mutex> L(FinishedMutex);
+    Batch.swap(Finished);
+  }
   for (auto &[Hash, O] : Batch) {
     --CompilesInFlight;
     compiled(Hash, O);

@@ -281,7 +281,8 @@ public:
   /// Runs the transport's callbacks, then whatever off-thread compiles
   /// finished (the messages that waited for them). While a compile is in
   /// flight on the one CPU this thread may use and nothing else happened,
-  /// it naps 50 us so the compile has the CPU.
+  /// it sleeps (Transport::wait) until a frame arrives, the compile ends or
+  /// 1 ms passes, so the compile has the CPU.
   bool progress() {
     bool Did = T->progress();
     if (LLVM_UNLIKELY(CompilesInFlight != 0))
@@ -577,7 +578,8 @@ private:
   std::map<ArchiveHash, CompileJob> Compiling;
   unsigned CompilesInFlight = 0; ///< Jobs started, results not taken yet.
   /// The helper thread runs on the progress thread's only CPU: an idle
-  /// progress() naps while a compile is in flight (finishCompiles).
+  /// progress() sleeps while a compile is in flight (finishCompiles), and
+  /// the helper runs at nice 19.
   bool NapWhileCompiling = false;
   std::mutex FinishedMutex;
   std::vector<std::pair<ArchiveHash, LoadOutcome>> Finished;
