@@ -141,7 +141,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
 
   bool Tc = Want[0] || Want[1];
   Child Srv;
-  auto C = std::make_unique<ClientWorker>();
+  std::unique_ptr<ClientWorker> C;
   tc_ep_h Ep = nullptr;
   tc_ifunc_h F = nullptr;
   // The tc client: made at the start, and again after each ucx_am run.

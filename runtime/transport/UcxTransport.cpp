@@ -427,18 +427,26 @@ private:
   /// Hands a frame of the AM path to the handler (after the mailbox frames
   /// sent before it, if the connection has a ring).
   void deliverAm(ConnId C, Conn &Co, StringRef Header, StringRef Body) {
-    if (LLVM_UNLIKELY(Co.In && Co.In->Accepted))
-      return deliverAmAfterRing(C, Co, Header, Body);
-    ++Co.AmDelivered;
-    Handler->onFrame(C, Header, Body);
+    if (amTurn(C, Co))
+      Handler->onFrame(C, Header, Body);
   }
-  LLVM_ATTRIBUTE_NOINLINE void deliverAmAfterRing(ConnId C, Conn &Co,
-                                                  StringRef Header,
-                                                  StringRef Body);
   /// deliverAm() of a rendezvous frame received into a pooled buffer,
   /// which the handler may use in place (onBufferedFrame).
   void deliverBuffered(ConnId C, Conn &Co, StringRef Header,
-                       MutableArrayRef<char> Body);
+                       MutableArrayRef<char> Body) {
+    if (amTurn(C, Co))
+      Handler->onBufferedFrame(C, Header, Body);
+  }
+  /// Counts the next frame of \p C's AM path as delivered, after the
+  /// mailbox frames sent before it (if \p C has a ring); false if a
+  /// handler closed \p C meanwhile.
+  bool amTurn(ConnId C, Conn &Co) {
+    if (LLVM_UNLIKELY(Co.In && Co.In->Accepted))
+      return amTurnAfterRing(C, Co);
+    ++Co.AmDelivered;
+    return true;
+  }
+  LLVM_ATTRIBUTE_NOINLINE bool amTurnAfterRing(ConnId C, Conn &Co);
   /// Queues a frame on \p Co, receiving it first when it is a rendezvous.
   LLVM_ATTRIBUTE_NOINLINE ucs_status_t hold(ConnId C, Conn &Co,
                                             StringRef Header, void *Data,
@@ -1992,28 +2000,15 @@ bool UcxTransport::drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames) {
   return findConn(C) != nullptr;
 }
 
-void UcxTransport::deliverAmAfterRing(ConnId C, Conn &Co, StringRef Header,
-                                      StringRef Body) {
+bool UcxTransport::amTurnAfterRing(ConnId C, Conn &Co) {
   // The mailbox frames sent before this one go first.
   if (!drainRing(C, Co.AmDelivered))
-    return;
+    return false;
   Conn *Again = findConn(C);
   if (!Again)
-    return;
+    return false;
   ++Again->AmDelivered;
-  Handler->onFrame(C, Header, Body);
-}
-
-void UcxTransport::deliverBuffered(ConnId C, Conn &Co, StringRef Header,
-                                   MutableArrayRef<char> Body) {
-  Conn *To = &Co;
-  if (Co.In && Co.In->Accepted) {
-    // The mailbox frames sent before this one go first.
-    if (!drainRing(C, Co.AmDelivered) || !(To = findConn(C)))
-      return;
-  }
-  ++To->AmDelivered;
-  Handler->onBufferedFrame(C, Header, Body);
+  return true;
 }
 
 bool UcxTransport::pollRings() {
