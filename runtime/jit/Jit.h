@@ -146,9 +146,16 @@ public:
   /// it did not.
   std::optional<double> prewarmMillis() const { return PrewarmMillis; }
 
+  /// What JitOptions::Prewarm makes create() do, on the calling thread:
+  /// call it on the thread that will compile, before any other use of the
+  /// engine. A thread's first compile also faults in that thread's stack
+  /// and malloc arena page by page, which on some VMs (PVM) costs tens of
+  /// microseconds a page: prewarming on another thread leaves that to the
+  /// first real compile. Sets prewarmMillis().
+  llvm::Error prewarm(LoadMode Mode);
+
 private:
   JitEngine() = default;
-  llvm::Error prewarm(LoadMode Mode);
   llvm::Expected<LoadedIfunc> compile(const Archive &A, const Member &M,
                                       llvm::orc::JITDylib &JD, bool Sandbox);
   using Key = std::pair<ArchiveHash, Role>;

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include <cerrno>
@@ -56,11 +57,21 @@ Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
                                                    RuntimeOptions Opts) {
-  Expected<std::unique_ptr<JitEngine>> J = JitEngine::create(Opts.Jit);
+  // Compiles run on the helper thread: prewarm there, so that its stack
+  // and malloc arena are in place too (JitEngine::prewarm).
+  std::optional<LoadMode> OnHelper;
+  JitOptions JO = Opts.Jit;
+  if (JO.Prewarm && !Opts.CompileOnProgressThread && !Opts.CompileExecutor)
+    std::swap(OnHelper, JO.Prewarm);
+  Expected<std::unique_ptr<JitEngine>> J = JitEngine::create(JO);
   if (!J)
     return J.takeError();
-  return std::make_unique<Runtime>(std::move(T), std::move(Opts),
-                                   std::move(*J));
+  auto R = std::make_unique<Runtime>(std::move(T), std::move(Opts),
+                                     std::move(*J));
+  if (OnHelper)
+    if (Error E = R->prewarmOnCompiler(*OnHelper))
+      return std::move(E);
+  return std::move(R);
 }
 
 /// Makes the calling thread (the compile helper) the one that gives way:
@@ -800,14 +811,26 @@ void Runtime::compileFor(const ArchiveHash &Hash, CompileWaiter W) {
   };
   if (Opts.CompileExecutor)
     return Opts.CompileExecutor(std::move(Job));
-  if (!Compiler) {
-    // The helper inherits this thread's CPUs: with only one, they share it.
-    cpu_set_t Cpus;
-    NapWhileCompiling = sched_getaffinity(0, sizeof Cpus, &Cpus) == 0 &&
-                        CPU_COUNT(&Cpus) == 1;
-    Compiler = std::make_unique<CompileThread>(NapWhileCompiling);
-  }
+  startCompiler();
   Compiler->post(std::move(Job));
+}
+
+void Runtime::startCompiler() {
+  if (Compiler)
+    return;
+  // The helper inherits this thread's CPUs: with only one, they share it.
+  cpu_set_t Cpus;
+  NapWhileCompiling = sched_getaffinity(0, sizeof Cpus, &Cpus) == 0 &&
+                      CPU_COUNT(&Cpus) == 1;
+  Compiler = std::make_unique<CompileThread>(NapWhileCompiling);
+}
+
+Error Runtime::prewarmOnCompiler(LoadMode Mode) {
+  startCompiler();
+  std::promise<Error> Done;
+  std::future<Error> Result = Done.get_future();
+  Compiler->post([&] { Done.set_value(Jit->prewarm(Mode)); });
+  return Result.get();
 }
 
 bool Runtime::finishCompiles(bool Busy) {

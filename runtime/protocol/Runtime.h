@@ -584,6 +584,10 @@ private:
   std::mutex FinishedMutex;
   std::vector<std::pair<ArchiveHash, LoadOutcome>> Finished;
   std::unique_ptr<CompileThread> Compiler; ///< The default executor.
+  /// Starts Compiler (and decides NapWhileCompiling) if it is not running.
+  void startCompiler();
+  /// Runs JitEngine::prewarm on Compiler and waits for it.
+  llvm::Error prewarmOnCompiler(LoadMode Mode);
 };
 
 } // namespace tc

@@ -12,6 +12,7 @@
 #include "tc/Version.h"
 
 #include "gtest/gtest.h"
+#include "llvm/Support/FileSystem.h"
 
 #include <chrono>
 #include <cstring>
@@ -1134,3 +1135,33 @@ TEST(Runtime, CompilesOnTheProgressThreadWhenAsked) {
 }
 
 } // namespace
+
+/// Threads of this process (Linux: /proc/self/task).
+static size_t threadCount() {
+  size_t N = 0;
+  std::error_code EC;
+  for (llvm::sys::fs::directory_iterator It("/proc/self/task", EC), End;
+       !EC && It != End; It.increment(EC))
+    ++N;
+  return N;
+}
+
+TEST(Runtime, PrewarmRunsOnTheThreadThatWillCompile) {
+  auto Hub = createLoopbackHub();
+  for (bool OnProgressThread : {false, true}) {
+    SCOPED_TRACE(OnProgressThread ? "compiles on the progress thread"
+                                  : "compiles on the helper");
+    RuntimeOptions O;
+    O.Jit.Prewarm = LoadMode::Bitcode;
+    O.CompileOnProgressThread = OnProgressThread;
+    size_t Before = threadCount();
+    auto R = Runtime::create(createLoopbackTransport(Hub), O);
+    ASSERT_TRUE(static_cast<bool>(R)) << llvm::toString(R.takeError());
+    EXPECT_TRUE((*R)->jit().prewarmMillis());
+    // The helper starts at create() to prewarm, so that its own stack and
+    // malloc arena are warm for the first compile; without one, nothing
+    // starts.
+    EXPECT_EQ(threadCount(), Before + (OnProgressThread ? 0 : 1));
+    EXPECT_EQ((*R)->jit().size(), 0u); // The built-in module is gone.
+  }
+}
