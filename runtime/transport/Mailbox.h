@@ -47,10 +47,8 @@ constexpr size_t SignalOffset = 0, ContentOffset = 8;
 /// BankSlots divides Slots, SlotBytes is a multiple of 64 (a cache line)
 /// from 64 to 65536.
 struct Geometry {
-  /// A slot's content (after its signal word) goes in one put, and UCX
-  /// 1.13 completes a put over posix at once up to 120 bytes: so 128-byte
-  /// slots, frames up to 112 bytes (a cached message of up to 109 payload
-  /// bytes).
+  /// Two cache lines: frames up to 112 bytes (a cached message of up to
+  /// 109 payload bytes), a small one in the signal word's line.
   uint32_t SlotBytes = 128;
   uint32_t Slots = 128;
   uint32_t BankSlots = 32;
@@ -83,7 +81,7 @@ std::string encodeAccept(const Accept &A);
 llvm::Expected<Accept> decodeAccept(llvm::StringRef Bytes);
 
 /// The sender's flags, in memory it registered; only the receiver writes
-/// them (by put), only the sender reads them.
+/// them (through its mapping of them), only the sender reads them.
 struct SenderFlags {
   /// Slots the receiver has released: messages up to this count may be
   /// overwritten. A multiple of the bank size.
@@ -92,8 +90,13 @@ struct SenderFlags {
   /// wrote a message then rings the doorbell (an active message) to wake
   /// it.
   uint64_t Asleep;
+  /// Non-zero once the receiver took the accept and polls the ring: the
+  /// sender writes no slot before. A receiver that cannot map these flags
+  /// never sets it (UCX may map one side's memory and not the other's),
+  /// and the sender's frames go as active messages.
+  uint64_t Ready;
 };
-constexpr size_t ReleasedOffset = 0, AsleepOffset = 8;
+constexpr size_t ReleasedOffset = 0, AsleepOffset = 8, ReadyOffset = 16;
 /// The flags' registered size: a cache line of their own.
 constexpr size_t FlagsBytes = 64;
 

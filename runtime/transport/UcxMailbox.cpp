@@ -69,6 +69,7 @@ Expected<RemoteKey> RemoteKey::unpackMapped(ucp_ep_h Ep, StringRef Packed,
   void *Mapped;
   if (ucs_status_t S = ucp_rkey_ptr(K.Key, Address, &Mapped); S != UCS_OK)
     return ucxError("the peer's memory is not mapped here (ucp_rkey_ptr)", S);
+  K.Mapped = static_cast<char *>(Mapped);
   return std::move(K);
 }
 
@@ -76,7 +77,9 @@ RemoteKey &RemoteKey::operator=(RemoteKey &&O) {
   if (this != &O) {
     this->~RemoteKey();
     Key = O.Key;
+    Mapped = O.Mapped;
     O.Key = nullptr;
+    O.Mapped = nullptr;
   }
   return *this;
 }
@@ -85,6 +88,7 @@ RemoteKey::~RemoteKey() {
   if (Key)
     ucp_rkey_destroy(Key);
   Key = nullptr;
+  Mapped = nullptr;
 }
 
 Expected<std::unique_ptr<InRing>> InRing::create(ucp_context_h Ctx,
@@ -116,12 +120,10 @@ Expected<std::unique_ptr<OutRing>> OutRing::accept(ucp_context_h Ctx,
   if (!Key)
     return Key.takeError();
   R->Ring = std::move(*Key);
-  R->RingAddress = O.RingAddress;
   Expected<Region> Flags = Region::allocate(Ctx, mailbox::FlagsBytes);
   if (!Flags)
     return Flags.takeError();
   R->Flags = std::move(*Flags);
-  R->Staging.resize(O.Shape.SlotBytes);
   return std::move(R);
 }
 

@@ -2,16 +2,19 @@
 //
 // The UCX side of the reactive mailboxes of Mailbox.h, for UcxTransport:
 // memory registered with ucp_mem_map, remote keys packed and unpacked,
-// frames and credit written with ucp_put_nbi. An InRing is the ring one
-// process offers one peer (it polls it); an OutRing is the ring a peer
+// frames and credit written into the peer's memory. An InRing is the ring
+// one process offers one peer (it polls it); an OutRing is the ring a peer
 // offered (this process writes into it).
 //
 // A ring is used only where UCX maps the peer's memory into this process
-// (ucp_rkey_ptr succeeds: shared memory). There a put is a copy into the
-// mapping that is complete when ucp_put_nbi returns, which the ordering
-// between mailbox and active-message frames and the sleep handshake rely on
-// (docs/transport.md, "Mailboxes"); over other lanes (TCP, RDMA) frames go
-// as active messages.
+// (ucp_rkey_ptr succeeds: shared memory). There UCX's own put is a memcpy
+// into that mapping; the transport writes through the pointer
+// ucp_rkey_ptr returned instead: the same copy, without ucp_put_nbx's
+// dispatch per call, and with a release store of the signal word after
+// the content, so one write per slot is enough. A write is complete when
+// it returns, which the ordering between mailbox and active-message frames
+// and the sleep handshake rely on (docs/transport.md, "Mailboxes"); over
+// other lanes (TCP, RDMA) frames go as active messages.
 //
 // Threading: as the transport's, single-threaded.
 //
@@ -56,7 +59,8 @@ private:
   std::string Key;
 };
 
-/// A remote key unpacked on an endpoint, destroyed with this object.
+/// A remote key unpacked on an endpoint, destroyed with this object, and
+/// where UCX maps the peer's memory it names in this process.
 class RemoteKey {
 public:
   /// Unpacks \p Packed on \p Ep; fails unless UCX maps the memory at
@@ -65,36 +69,28 @@ public:
                                                 llvm::StringRef Packed,
                                                 uint64_t Address);
   RemoteKey() = default;
-  RemoteKey(RemoteKey &&O) : Key(O.Key) { O.Key = nullptr; }
+  RemoteKey(RemoteKey &&O) : Key(O.Key), Mapped(O.Mapped) {
+    O.Key = nullptr;
+    O.Mapped = nullptr;
+  }
   RemoteKey &operator=(RemoteKey &&O);
   ~RemoteKey();
   ucp_rkey_h get() const { return Key; }
+  /// The peer's memory at the address given to unpackMapped(), as this
+  /// process sees it (valid while the key lives).
+  char *mapped() const { return Mapped; }
 
 private:
   ucp_rkey_h Key = nullptr;
+  char *Mapped = nullptr;
 };
 
-/// How an immediate put went.
-enum class PutResult { Done, NoRoom, Failed };
-
-/// Puts \p Bytes at \p Address of \p Key's memory through \p Ep, with
-/// immediate completion only: on a mapped lane a short put is a copy into
-/// the mapping, done when this returns. NoRoom: UCX cannot do it at once
-/// (a put longer than the lane's short limit, 120 bytes over posix in UCX
-/// 1.13); nothing was done. Failed: anything else (a put UCX still holds
-/// reads from \p Bytes, which callers keep in the ring objects).
-inline PutResult put(ucp_ep_h Ep, const void *Bytes, size_t Size,
-                     uint64_t Address, const RemoteKey &Key) {
-  ucp_request_param_t P;
-  P.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  ucs_status_ptr_t R = ucp_put_nbx(Ep, Bytes, Size, Address, Key.get(), &P);
-  if (LLVM_LIKELY(R == nullptr))
-    return PutResult::Done;
-  if (UCS_PTR_IS_ERR(R))
-    return UCS_PTR_STATUS(R) == UCS_ERR_NO_RESOURCE ? PutResult::NoRoom
-                                                    : PutResult::Failed;
-  ucp_request_free(R); // Despite FORCE_IMM_CMPL (UCX's newer protocols).
-  return PutResult::Failed;
+/// Stores \p Value into the peer's 8-byte word at \p Word (a mapped
+/// address) with release semantics: what this process wrote before is
+/// visible to a peer that reads the word with acquire.
+inline void storeWord(char *Word, uint64_t Value) {
+  __atomic_store_n(reinterpret_cast<uint64_t *>(Word), Value,
+                   __ATOMIC_RELEASE);
 }
 
 /// The ring this process offers a peer, which the peer writes frames into.
@@ -103,7 +99,6 @@ struct InRing {
   mailbox::Reader Read;
   /// The sender's flags (mailbox::SenderFlags), once it accepted.
   RemoteKey SenderFlags;
-  uint64_t SenderFlagsAddress = 0;
   bool Accepted = false;
   /// Deliveries from this ring still running (an ifunc may progress the
   /// transport and so deliver the next message before it returns): slots
@@ -111,9 +106,6 @@ struct InRing {
   unsigned Delivering = 0;
   /// Whether the sender was told this process sleeps.
   bool Asleep = false;
-  /// The sources of the puts to the sender's flags (they must not move
-  /// while UCX might read them).
-  uint64_t ReleasedWord = 0, AsleepWord = 0;
 
   explicit InRing(mailbox::Geometry G) : Read(G) {}
   /// A new ring of shape \p G, zeroed (no slot signalled).
@@ -137,22 +129,14 @@ struct InRing {
 
 /// A ring a peer offered, which this process writes frames into.
 struct OutRing {
-  RemoteKey Ring;
-  uint64_t RingAddress = 0;
+  RemoteKey Ring; ///< mapped(): the ring's first slot.
   mailbox::Writer Write;
   /// Our flags (mailbox::SenderFlags), which the receiver writes.
   Region Flags;
-  /// The sources of the puts into the ring: a slot's content and its
-  /// signal word (they must not move while UCX might read them).
-  std::string Staging;
-  uint64_t SignalWord = 0;
-  /// Set when a put failed: the ring is not used again.
-  bool Broken = false;
-  /// The longest slot content a put has shown it can write at once (a
-  /// longer frame goes as an AM without trying).
-  size_t MaxContent = SIZE_MAX;
   /// Slots known to be free without reading the flags again.
   uint64_t Credit = 0;
+  /// Set once the receiver said it polls the ring (SenderFlags::Ready).
+  bool Ready = false;
 
   explicit OutRing(mailbox::Geometry G) : Write(G) {}
   /// Accepts \p Offer on \p Ep: unpacks the ring's key (failing unless UCX
@@ -165,6 +149,11 @@ struct OutRing {
     return __atomic_load_n(reinterpret_cast<const uint64_t *>(
                                Flags.base() + mailbox::ReleasedOffset),
                            __ATOMIC_ACQUIRE);
+  }
+  bool receiverReady() const {
+    return __atomic_load_n(reinterpret_cast<const uint64_t *>(
+                               Flags.base() + mailbox::ReadyOffset),
+                           __ATOMIC_ACQUIRE) != 0;
   }
   bool receiverAsleep() const {
     return __atomic_load_n(reinterpret_cast<const uint64_t *>(

@@ -480,9 +480,8 @@ private:
         return true;
     return false;
   }
-  /// Tells every ring's sender that we sleep (or no longer); false if a
-  /// sender could not be told (then we must not sleep).
-  bool announceSleep(bool Asleep);
+  /// Tells every ring's sender that we sleep (or no longer).
+  void announceSleep(bool Asleep);
   void ringDoorbell(Conn &Co, ConnId C);
   /// Frees \p Co's rings (a ring a delivery still reads is kept until it
   /// returns).
@@ -1807,9 +1806,9 @@ Error UcxTransport::wait(int TimeoutMs) {
           break;
       }
     }
-    // A frame came before the announcement was seen, or a sender could
-    // not be told: no sleep.
-    if (!announceSleep(true) || ringsReady()) {
+    // A frame came before the announcement was seen: no sleep.
+    announceSleep(true);
+    if (ringsReady()) {
       announceSleep(false);
       return Error::success();
     }
@@ -1844,7 +1843,10 @@ UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
                                                 StringRef Header,
                                                 StringRef Body) {
   ucx::OutRing &O = *Co.Out;
-  if (LLVM_UNLIKELY(O.Broken) || !O.Write.fits(Header.size() + Body.size()))
+  if (!O.Write.fits(Header.size() + Body.size()))
+    return SlotWrite::Unusable;
+  // Until the receiver says it polls the ring, frames go as AMs.
+  if (LLVM_UNLIKELY(!O.Ready) && !(O.Ready = O.receiverReady()))
     return SlotWrite::Unusable;
   // Credit is read from the flags the receiver writes only when what was
   // read last is used up: that cache line moves between the processes
@@ -1857,39 +1859,13 @@ UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
     }
   }
   uint64_t N = O.Write.next();
-  uint64_t Slot = O.RingAddress + O.Write.slotOffset(N);
-  // The content, a fence, then the signal word: the receiver, which reads
-  // the signal first, never sees a signalled slot with old content.
-  if (8 + Header.size() + Body.size() > O.MaxContent)
-    return SlotWrite::Unusable;
-  size_t Len = mailbox::encodeSlotContent(&O.Staging[0], Co.AmSent, Header,
-                                          Body);
-  O.SignalWord = mailbox::signalOf(N);
-  switch (ucx::put(Co.Ep, O.Staging.data(), Len,
-                   Slot + mailbox::ContentOffset, O.Ring)) {
-  case ucx::PutResult::Done:
-    break;
-  case ucx::PutResult::NoRoom:
-    // Longer than the lane puts at once: this one and longer ones go as
-    // AMs (nothing was written).
-    O.MaxContent = Len - 1;
-    return SlotWrite::Unusable;
-  case ucx::PutResult::Failed:
-    O.Broken = true; // The AM path from now on.
-    return SlotWrite::Unusable;
-  }
-  // UCX's fence on a shared-memory lane is a CPU store fence (sm's
-  // ep_fence): this one, without ucp_worker_fence's walk over every
-  // interface (190 instructions). Rings are used only on mapped lanes.
-  std::atomic_thread_fence(std::memory_order_release);
-  if (LLVM_UNLIKELY(ucx::put(Co.Ep, &O.SignalWord, sizeof O.SignalWord,
-                             Slot + mailbox::SignalOffset, O.Ring) !=
-                    ucx::PutResult::Done)) {
-    // Content without a signal is never read; the slot is written again
-    // by the next message of this number, which is now an AM.
-    O.Broken = true;
-    return SlotWrite::Unusable;
-  }
+  char *Slot = O.Ring.mapped() + O.Write.slotOffset(N);
+  // The content straight into the receiver's slot, then the signal word
+  // with a release store: the receiver, which reads the signal first with
+  // acquire, never sees a signalled slot with old content.
+  mailbox::encodeSlotContent(Slot + mailbox::ContentOffset, Co.AmSent, Header,
+                             Body);
+  ucx::storeWord(Slot + mailbox::SignalOffset, mailbox::signalOf(N));
   O.Write.wrote();
   --O.Credit;
   ++Stats.MailboxSent;
@@ -2037,30 +2013,20 @@ void UcxTransport::releaseSlots(Conn &Co) {
   uint64_t Released = In.Read.release();
   if (!Released || !Co.Ep)
     return;
-  In.ReleasedWord = Released;
-  // Should it fail, the sender's frames wait for credit and then go as AMs
-  // when the connection closes.
-  (void)ucx::put(Co.Ep, &In.ReleasedWord, sizeof(uint64_t),
-                 In.SenderFlagsAddress + mailbox::ReleasedOffset,
-                 In.SenderFlags);
+  ucx::storeWord(In.SenderFlags.mapped() + mailbox::ReleasedOffset, Released);
 }
 
-bool UcxTransport::announceSleep(bool Asleep) {
-  bool Told = true;
+void UcxTransport::announceSleep(bool Asleep) {
   for (auto [C, Ring] : Rings) {
     Conn *Co = findConn(C);
     if (!Co || !Co->Ep || Ring->Asleep == Asleep)
       continue;
     ucx::InRing &In = *Ring;
     In.Asleep = Asleep;
-    In.AsleepWord = Asleep;
-    Told &= ucx::put(Co->Ep, &In.AsleepWord, sizeof(uint64_t),
-                     In.SenderFlagsAddress + mailbox::AsleepOffset,
-                     In.SenderFlags) == ucx::PutResult::Done;
+    ucx::storeWord(In.SenderFlags.mapped() + mailbox::AsleepOffset, Asleep);
   }
   // See writeSlot(): our flag stores before our ring loads.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  return Told;
 }
 
 void UcxTransport::dropMailboxes(ConnId C, Conn &Co) {
@@ -2105,16 +2071,18 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   Expected<ucx::RemoteKey> Key =
       ucx::RemoteKey::unpackMapped(Co->Ep, A->RemoteKey, A->FlagsAddress);
   if (!Key) {
-    // The peer maps our ring but we cannot map its flags: no credit could
-    // ever go back, so the ring is not polled and the peer runs out of
-    // credit after one lap and sends AMs.
+    // The peer maps our ring but we cannot map its flags (UCX maps one
+    // process's registered memory and not the other's: seen with every
+    // transport enabled, two workers in one process): no credit could
+    // ever go back, so the ring is not polled, and the peer, never told
+    // that it is, sends active messages only.
     consumeError(Key.takeError());
     return UCS_OK;
   }
   Co->In->SenderFlags = std::move(*Key);
-  Co->In->SenderFlagsAddress = A->FlagsAddress;
   Co->In->Accepted = true;
   T->Rings.push_back({C, Co->In.get()});
+  ucx::storeWord(Co->In->SenderFlags.mapped() + mailbox::ReadyOffset, 1);
   return UCS_OK;
 }
 

@@ -1111,6 +1111,43 @@ TEST(CApi, EvictCodeIsRefusedWhileAMessageRuns) {
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, NoMailboxFrameIsLostWhereOnlyOneSideMapsTheOthersMemory) {
+  // Two contexts in one process, every UCX transport, connected by
+  // address over TCP: here UCX maps the target's ring into the source, but
+  // not the source's flags into the target, which therefore never polls
+  // the ring. The source must not write into it (it waits for the
+  // target's "ready" in its flags): every message runs, by AM. Where UCX
+  // maps both, they run through the ring; either way none is lost.
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Source;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  uint64_t One = 1;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &One, sizeof One, &M), TC_OK);
+  uint64_t Sent = 0;
+  ASSERT_TRUE(runUntil({Source.W, Target.W}, [&]() -> bool {
+    if (Counter == Sent && Sent < 20) {
+      EXPECT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+      ++Sent;
+    }
+    return Counter == 20;
+  }));
+  for (int I = 0; I < 300; ++I)
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  ASSERT_EQ(flushStatus({Source.W, Target.W}, Ep), TC_OK);
+  EXPECT_EQ(Counter, 320u);
+  tc_worker_stats_t S, T;
+  ASSERT_EQ(tc_worker_query_stats(Source.W, &S), TC_OK);
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &T), TC_OK);
+  EXPECT_EQ(T.mailbox_received, S.mailbox_sent);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+}
+
 /// What a large-payload function records: the sum of its payload's 64-bit
 /// words, whether any payload was not 16-byte aligned, and its calls.
 struct BigSums {
