@@ -1158,7 +1158,11 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     submit(Co,
            new SendOp{this, C, std::move(O.Header), std::move(O.Body),
                       std::move(Done), false, std::move(O.Shared)},
-           O.AmId, 0);
+           // A batch is always eager: the receiver splits it in the AM
+           // callback (onBatch). Where UCX would choose rendezvous for its
+           // size (UCX_RNDV_THRESH or UCX_MM_SEG_SIZE set low), it goes as
+           // eager fragments that UCX reassembles.
+           O.AmId, O.AmId == BatchAmId ? UCP_AM_SEND_FLAG_EAGER : 0);
   }
 }
 
@@ -1563,7 +1567,7 @@ ucs_status_t UcxTransport::onBatch(void *Arg, const void *Header,
   T->Activity = true;
   if (T->Destroying || HeaderLen != TokenSize ||
       (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-    ++T->Stats.DroppedFrames; // tc never sends a batch by rendezvous.
+    ++T->Stats.DroppedFrames; // tc sends batches eager only.
     return UCS_OK;
   }
   ConnId C;

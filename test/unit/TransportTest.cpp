@@ -455,6 +455,41 @@ TEST_P(UcxTransportTest, FramesBetweenProgressCallsLeaveAsBatchesInOrder) {
   }
 }
 
+TEST_P(UcxTransportTest, BatchesArriveWhereUcxWouldSendThemByRendezvous) {
+  // A user's UCX_RNDV_THRESH (or UCX_MM_SEG_SIZE) below a batch's size:
+  // UCX would pick rendezvous for the batch, which the receiver cannot
+  // split in its callback. Batches are sent eager-only; none is lost.
+  setenv("UCX_RNDV_THRESH", "512", 1);
+  A = std::make_unique<Side>(ucx(GetParam()));
+  B = std::make_unique<Side>(ucx(GetParam()));
+  unsetenv("UCX_RNDV_THRESH");
+  ASSERT_TRUE(A && B && A->T && B->T);
+  connect();
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    A->send(AC, "probe", "");
+    return A->T->stats().TokenFrames > 0;
+  }));
+  TransportStats S0 = A->T->stats();
+  size_t Before = S0.ReplyFrames + S0.TokenFrames;
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return B->E.Frames.size() == Before; }));
+  std::vector<std::string> Bodies;
+  for (unsigned I = 0; I < 300; ++I)
+    Bodies.push_back(pattern(100, I));
+  for (unsigned I = 0; I < Bodies.size(); ++I)
+    A->send(AC, "r" + std::to_string(I), Bodies[I]);
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return B->E.Frames.size() == Before + Bodies.size();
+  }));
+  for (unsigned I = 0; I < Bodies.size(); ++I) {
+    const auto &F = B->E.Frames[Before + I];
+    ASSERT_EQ(F.Header, "r" + std::to_string(I));
+    EXPECT_TRUE(F.Body == Bodies[I]) << "body " << I;
+  }
+  EXPECT_GE(A->T->stats().Batches - S0.Batches, 2u); // ~4 KiB each
+  EXPECT_EQ(B->T->stats().DroppedFrames, 0u);
+}
+
 /// A bare UCX worker that sends active messages of any id to a worker
 /// address: a peer that does not speak tc's transport.
 struct RawUcxPeer {
