@@ -71,9 +71,33 @@ struct tc_msg {
 
 namespace {
 
+/// Logs \p Msg as `tc: error: Msg`. The same message again right after it
+/// is counted, and printed only at its 1st, 2nd, 4th, 8th, ... repeat with
+/// the count: a stream of sends to a dead peer writes a few lines, not one
+/// per send. Workers may fail on several threads at once.
+void logError(std::string Msg) {
+  struct Log {
+    std::mutex Mu;
+    std::string Last;
+    uint64_t Repeats = 0;
+  };
+  static Log *L = new Log; // Never destroyed: errors may come during exit.
+  std::lock_guard<std::mutex> Lock(L->Mu);
+  if (Msg == L->Last) {
+    ++L->Repeats;
+    if ((L->Repeats & (L->Repeats - 1)) == 0)
+      llvm::errs() << "tc: error: " << Msg << " (repeated " << L->Repeats
+                   << (L->Repeats == 1 ? " time)\n" : " times)\n");
+    return;
+  }
+  L->Last = std::move(Msg);
+  L->Repeats = 0;
+  llvm::errs() << "tc: error: " << L->Last << "\n";
+}
+
 /// The one place errors become status codes and get logged.
 tc_status_t fail(tc_status_t S, llvm::Error E) {
-  llvm::errs() << "tc: error: " << llvm::toString(std::move(E)) << "\n";
+  logError(llvm::toString(std::move(E)));
   return S;
 }
 

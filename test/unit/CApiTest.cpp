@@ -1060,6 +1060,27 @@ TEST(CApi, ShipCodeAlwaysAttachesTheArchiveToEveryMessage) {
   tc_context_destroy(Ctx);
 }
 
+TEST(CApi, ARepeatedErrorIsLoggedWithItsCountNotOncePerCall) {
+  testing::internal::CaptureStderr();
+  for (int I = 0; I < 100; ++I)
+    EXPECT_EQ(tc_worker_evict_code(nullptr), TC_ERR_INVALID_PARAM);
+  EXPECT_EQ(tc_worker_barrier_nb(nullptr, nullptr, nullptr),
+            TC_ERR_INVALID_PARAM);
+  std::string Err = testing::internal::GetCapturedStderr();
+  std::vector<std::string> Lines;
+  for (llvm::StringRef Rest = Err; !Rest.empty();) {
+    auto [Line, Tail] = Rest.split('\n');
+    Lines.push_back(Line.str());
+    Rest = Tail;
+  }
+  // The first, then repeats 1, 2, 4, ..., 64 of 99, then the other error.
+  ASSERT_EQ(Lines.size(), 9u) << Err;
+  EXPECT_EQ(Lines[0], "tc: error: tc_worker_evict_code: worker is NULL");
+  EXPECT_EQ(Lines[1], Lines[0] + " (repeated 1 time)");
+  EXPECT_EQ(Lines[7], Lines[0] + " (repeated 64 times)");
+  EXPECT_NE(Lines[8].find("tc_worker_barrier_nb"), std::string::npos);
+}
+
 TEST(CApi, EvictCodeUnloadsAndTheSenderShipsItAgain) {
   uint64_t Counter = 0;
   Worker Target(&Counter), Source;
