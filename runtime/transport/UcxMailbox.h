@@ -75,7 +75,6 @@ public:
   }
   RemoteKey &operator=(RemoteKey &&O);
   ~RemoteKey();
-  ucp_rkey_h get() const { return Key; }
   /// The peer's memory at the address given to unpackMapped(), as this
   /// process sees it (valid while the key lives).
   char *mapped() const { return Mapped; }
@@ -91,6 +90,12 @@ private:
 inline void storeWord(char *Word, uint64_t Value) {
   __atomic_store_n(reinterpret_cast<uint64_t *>(Word), Value,
                    __ATOMIC_RELEASE);
+}
+
+/// Loads the 8-byte word at \p Word (written by the peer through its
+/// mapping) with memory order \p Order (__ATOMIC_ACQUIRE or _RELAXED).
+inline uint64_t loadWord(const char *Word, int Order) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t *>(Word), Order);
 }
 
 /// The ring this process offers a peer, which the peer writes frames into.
@@ -119,11 +124,8 @@ struct InRing {
   }
   /// Whether the next message's slot is signalled.
   bool hasNext() const {
-    uint64_t Signal = __atomic_load_n(
-        reinterpret_cast<const uint64_t *>(nextSlot() +
-                                           mailbox::SignalOffset),
-        __ATOMIC_ACQUIRE);
-    return Read.isNext(Signal);
+    return Read.isNext(
+        loadWord(nextSlot() + mailbox::SignalOffset, __ATOMIC_ACQUIRE));
   }
 };
 
@@ -146,19 +148,13 @@ struct OutRing {
   /// The record the accept message carries.
   std::string acceptRecord() const;
   uint64_t released() const {
-    return __atomic_load_n(reinterpret_cast<const uint64_t *>(
-                               Flags.base() + mailbox::ReleasedOffset),
-                           __ATOMIC_ACQUIRE);
+    return loadWord(Flags.base() + mailbox::ReleasedOffset, __ATOMIC_ACQUIRE);
   }
   bool receiverReady() const {
-    return __atomic_load_n(reinterpret_cast<const uint64_t *>(
-                               Flags.base() + mailbox::ReadyOffset),
-                           __ATOMIC_ACQUIRE) != 0;
+    return loadWord(Flags.base() + mailbox::ReadyOffset, __ATOMIC_ACQUIRE);
   }
   bool receiverAsleep() const {
-    return __atomic_load_n(reinterpret_cast<const uint64_t *>(
-                               Flags.base() + mailbox::AsleepOffset),
-                           __ATOMIC_RELAXED) != 0;
+    return loadWord(Flags.base() + mailbox::AsleepOffset, __ATOMIC_RELAXED);
   }
 };
 
