@@ -454,8 +454,9 @@ private:
   void welcome(ConnId C, Conn &Co);
   // Mailboxes.
   /// Writes a frame into the ring the peer of \p Co offered (which
-  /// exists): Unusable when it does not fit a slot or the ring broke,
-  /// NoCredit when the receiver has not released the slot yet.
+  /// exists): Unusable when it does not fit a slot or the receiver has not
+  /// said yet that it polls the ring (SenderFlags::Ready), NoCredit when
+  /// the receiver has not released the slot yet.
   SlotWrite writeSlot(Conn &Co, ConnId C, StringRef Header, StringRef Body);
   /// sendFrame() once no frame of \p Co waits in Pending.
   void sendFrameNow(ConnId C, Conn *Co, StringRef Header, StringRef Body,
@@ -1010,7 +1011,8 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   if (LLVM_UNLIKELY(!Co || !Co->Ep))
     return false;
   // A mailbox first, where the peer offered one: no coalescing there, each
-  // frame is a put, and the receiver keeps the order with the AM path.
+  // frame is written into the slot, and the receiver keeps the order with
+  // the AM path.
   if (Co->Out) {
     if (LLVM_UNLIKELY(!Co->Pending.empty())) {
       // Behind frames that wait for credit; one too big for a slot is
