@@ -453,7 +453,8 @@ static LLVM_ATTRIBUTE_ALWAYS_INLINE size_t encodeInvokeHeader(
 
 void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
                         StringRef Payload,
-                        unique_function<void(Error)> &&Done) {
+                        unique_function<void(Error)> &&Done,
+                        const std::shared_ptr<std::string> *Owner) {
   char Buf[Transport::HeaderRoom + FrameHeaderSize];
   char *Header = Buf + Transport::HeaderRoom;
   size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Header);
@@ -462,6 +463,9 @@ void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
   // Steady state: no completion to keep, and the transport sends at once.
   if (!Done && T->trySendNow(C, StringRef(Header, Size), Payload))
     return;
+  if (Owner && Payload.size() > Transport::ShareMin)
+    return T->sendShared(C, StringRef(Header, Size), Payload, *Owner,
+                         std::move(Done));
   T->sendWithRoom(C, StringRef(Header, Size), Payload, std::move(Done));
 }
 
@@ -472,7 +476,7 @@ void Runtime::send(ConnId C, const Message &M) {
                   M.Payload->size() <= Transport::LargeBody))
     return sendSmall(
         C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-        *M.Payload, unique_function<void(Error)>());
+        *M.Payload, unique_function<void(Error)>(), &M.Payload);
   send(C, M, unique_function<void(Error)>());
 }
 
@@ -512,7 +516,7 @@ void Runtime::send(ConnId C, const Message &M,
     if (LLVM_UNLIKELY(M.Payload->size() > Transport::LargeBody))
       sendLarge(C, S, I, M.Payload, std::move(Done));
     else
-      sendSmall(C, S, I, *M.Payload, std::move(Done));
+      sendSmall(C, S, I, *M.Payload, std::move(Done), &M.Payload);
     return;
   }
   Frame F;

@@ -454,10 +454,13 @@ private:
                                              llvm::StringRef Payload);
   /// Sends an Invoke without code or a LocalInvoke: compact when the peer
   /// reads compact frames, else with the full 24-byte header.
+  /// A payload \p Owner keeps (a message's) is passed by reference where
+  /// the transport would keep a copy (Transport::sendShared()).
   LLVM_ATTRIBUTE_ALWAYS_INLINE void
   sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
             llvm::StringRef Payload,
-            llvm::unique_function<void(llvm::Error)> &&Done);
+            llvm::unique_function<void(llvm::Error)> &&Done,
+            const std::shared_ptr<std::string> *Owner = nullptr);
   /// sendSmall() of a large payload that \p Owner keeps: no copy.
   LLVM_ATTRIBUTE_NOINLINE void
   sendLarge(ConnId C, const Conn &S, const SmallInvoke &I,

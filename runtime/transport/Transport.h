@@ -144,10 +144,15 @@ public:
   /// has them in shared memory passes them with sendShared().
   static constexpr size_t LargeBody = 4096;
 
+  /// Bodies up to this size are not worth passing by sendShared(): a copy
+  /// of them costs less than the reference (they mostly leave inline or in
+  /// a batch anyway).
+  static constexpr size_t ShareMin = 256;
+
   /// sendWithRoom() of a \p Body that \p Owner keeps alive and nobody
   /// changes while \p Owner is shared: where send() would copy the body to
-  /// keep it past the call (a large frame UCX sends later), the transport
-  /// keeps a reference to \p Owner instead. By default, a copy.
+  /// keep it past the call (a frame UCX sends later), the transport keeps a
+  /// reference to \p Owner instead. By default, a copy.
   virtual void sendShared(ConnId Conn, llvm::StringRef Header,
                           llvm::StringRef Body,
                           const std::shared_ptr<const void> &Owner,

@@ -95,10 +95,17 @@ constexpr size_t InlineMax = 256;
 /// caller's buffers; larger ones (bcopy fragments, rendezvous) go straight
 /// to the request path, where UCX could not complete them at once anyway.
 constexpr size_t ImmediateMax = 4096;
+/// Of the frames above a connection's ImmediateCeiling, every this many
+/// is tried as an immediate send again.
+constexpr unsigned ImmediateRetry = 1024;
+/// SendOps kept for reuse, and the largest body buffer one keeps.
+constexpr size_t OpPoolMax = 64, OpKeepBytes = 64 << 10;
 /// Frames up to this size (header + body) join a batch while their
 /// connection is busy; a batch is closed at BatchMax bytes of records, which
-/// keeps it within one shared-memory bcopy segment (8 KiB by default).
-constexpr size_t BatchFrameMax = 1024, BatchMax = 4096;
+/// keeps it within one shared-memory bcopy segment (8 KiB by default; UCX
+/// sends up to 8256 bytes in one, `ucx_info -e`). A third of it, so a batch
+/// holds three frames or more (1 KiB payloads: seven).
+constexpr size_t BatchMax = 7936, BatchFrameMax = BatchMax / 3;
 /// A frame whose body is larger than this goes to UCX while UCX still
 /// holds earlier sends of its connection (docs/transport.md, "Large
 /// frames"); smaller ones wait in the backlog.
@@ -179,6 +186,8 @@ struct Outgoing {
   /// One per frame that has a callback.
   std::vector<unique_function<void(Error)>> Done;
   size_t Frames = 0;
+  /// What this adds to its connection's CopiedBytes (a large body copied).
+  size_t Copied = 0;
   SharedBody Shared = {}; ///< As in SendOp.
   StringRef body() const { return Shared.Owner ? Shared.Bytes : Body; }
 };
@@ -323,6 +332,15 @@ private:
     std::deque<Outgoing> Backlog;
     /// The progress() round of this connection's last frame sent at once.
     uint64_t LastRound = 0;
+    /// Frames (header + body bytes) larger than this are not tried as an
+    /// immediate send: UCX completes one at once only by its short
+    /// protocol (93 bytes on shared memory, 8185 over TCP, ucx_info -e),
+    /// and a frame that failed to while the request path right after sent
+    /// it at once was above that size. Learned per connection (post());
+    /// every ImmediateRetry-th frame above it is tried again, so a failure
+    /// that was a full FIFO after all is not remembered for long.
+    size_t ImmediateCeiling = SIZE_MAX;
+    unsigned ImmediateSkipped = 0;
     // Mailboxes (docs/transport.md, "Mailboxes").
     /// The ring we offered the peer in our welcome (it writes, we poll).
     std::unique_ptr<ucx::InRing> In;
@@ -385,8 +403,14 @@ private:
       Op.Shared = SharedBody{*Sharing, Body};
       Sharing = nullptr; // One frame's body.
     } else {
-      Op.Body = Body.str();
+      Op.Body.assign(Body.data(), Body.size()); // Reuses a pooled op's buffer.
     }
+  }
+  /// Whether a frame of \p Bytes is worth an immediate send on \p Co (see
+  /// Conn::ImmediateCeiling).
+  static bool tryImmediate(Conn &Co, size_t Bytes) {
+    return LLVM_LIKELY(Bytes <= Co.ImmediateCeiling) ||
+           ++Co.ImmediateSkipped % ImmediateRetry == 0;
   }
   /// Sends one active message on \p Co (connection \p C).
   void post(Conn &Co, ConnId C, unsigned AmId, StringRef Header, StringRef Body,
@@ -411,8 +435,13 @@ private:
   LLVM_ATTRIBUTE_NOINLINE bool progressWithChores();
   LLVM_ATTRIBUTE_NOINLINE void doChores();
   /// Starts \p Op on \p Co's endpoint (the request path, with AM send
-  /// \p Flags) and tracks it until UCX lets go of it.
-  void submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
+  /// \p Flags) and tracks it until UCX lets go of it. True if UCX sent it
+  /// at once.
+  bool submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
+  /// An op for a frame of connection \p C, from FreeOps if one waits there.
+  SendOp *takeOp(ConnId C, unique_function<void(Error)> &&Done);
+  /// Gives back an op UCX is done with (its Done already taken).
+  void dropOp(SendOp *Op);
   /// Delivers a frame that arrived on \p C, or queues it behind earlier
   /// ones (hold()). The steady state, inline: nothing waits before it.
   ucs_status_t arrived(ConnId C, Conn &Co, StringRef Header, void *Data,
@@ -427,26 +456,31 @@ private:
   /// Hands a frame of the AM path to the handler (after the mailbox frames
   /// sent before it, if the connection has a ring).
   void deliverAm(ConnId C, Conn &Co, StringRef Header, StringRef Body) {
-    if (amTurn(C, Co))
-      Handler->onFrame(C, Header, Body);
+    if (LLVM_UNLIKELY(ringHolds(Co)))
+      return deliverAfterRing(C, Co, Header, Body, {});
+    ++Co.AmDelivered;
+    Handler->onFrame(C, Header, Body);
   }
   /// deliverAm() of a rendezvous frame received into a pooled buffer,
   /// which the handler may use in place (onBufferedFrame).
   void deliverBuffered(ConnId C, Conn &Co, StringRef Header,
                        MutableArrayRef<char> Body) {
-    if (amTurn(C, Co))
-      Handler->onBufferedFrame(C, Header, Body);
-  }
-  /// Counts the next frame of \p C's AM path as delivered, after the
-  /// mailbox frames sent before it (if \p C has a ring); false if a
-  /// handler closed \p C meanwhile.
-  bool amTurn(ConnId C, Conn &Co) {
-    if (LLVM_UNLIKELY(Co.In && Co.In->Accepted))
-      return amTurnAfterRing(C, Co);
+    if (LLVM_UNLIKELY(ringHolds(Co)))
+      return deliverAfterRing(C, Co, Header, StringRef(), Body);
     ++Co.AmDelivered;
-    return true;
+    Handler->onBufferedFrame(C, Header, Body);
   }
-  LLVM_ATTRIBUTE_NOINLINE bool amTurnAfterRing(ConnId C, Conn &Co);
+  /// Whether \p Co's ring holds a frame: one written before an AM frame
+  /// being delivered must go first.
+  static bool ringHolds(const Conn &Co) {
+    return Co.In && Co.In->Accepted && Co.In->hasNext();
+  }
+  /// deliverAm() (or, with \p Buffer, deliverBuffered()) when the ring
+  /// holds frames: those written before this frame go first.
+  LLVM_ATTRIBUTE_NOINLINE void deliverAfterRing(ConnId C, Conn &Co,
+                                                StringRef Header,
+                                                StringRef Body,
+                                                MutableArrayRef<char> Buffer);
   /// Queues a frame on \p Co, receiving it first when it is a rendezvous.
   LLVM_ATTRIBUTE_NOINLINE ucs_status_t hold(ConnId C, Conn &Co,
                                             StringRef Header, void *Data,
@@ -468,7 +502,10 @@ private:
   /// Delivers the frames waiting in \p C's ring, in order, as long as they
   /// were written after at most \p AmLimit frames of the AM path (all of
   /// them delivered). Returns false if \p C is gone.
-  bool drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames = ~0u);
+  /// With \p ThenQueue, the AM frames that wait in \p C's queue (they came
+  /// while the ring was drained) are delivered after it.
+  bool drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames = ~0u,
+                 bool ThenQueue = true);
   /// Takes up to RingBurst frames from every ring; true if any.
   LLVM_ATTRIBUTE_NOINLINE bool pollRings();
   /// Hands released slots back to the sender of \p Co's ring.
@@ -609,6 +646,9 @@ private:
   size_t MaxCopiedBacklog = 32 << 20;
   /// Sends UCX has not completed, on open and closed connections alike.
   SmallPtrSet<SendOp *, 16> Sending;
+  /// Ops UCX let go of, kept for the next sends (at most OpPoolMax): a
+  /// frame that does not leave at once costs no allocation.
+  std::vector<std::unique_ptr<SendOp>> FreeOps;
   std::mt19937_64 Random{std::random_device{}()};
   TransportStats Stats;
   bool Activity = false;
@@ -909,7 +949,7 @@ void UcxTransport::onSendDone(void *Req, ucs_status_t S, void *User) {
                             : formatv("send to {0} failed: {1}", Peer,
                                       ucs_status_string(S))
                                   .str());
-  delete Op;
+  T->dropOp(Op);
   ucp_request_free(Req);
 }
 
@@ -926,10 +966,9 @@ void UcxTransport::sendWithRoom(ConnId C, StringRef Header, StringRef Body,
 void UcxTransport::sendShared(ConnId C, StringRef Header, StringRef Body,
                               const std::shared_ptr<const void> &Owner,
                               unique_function<void(Error)> Done) {
-  // Only a large body is kept (small ones leave at once, or are batched);
-  // keepBody() takes the reference where it would take the copy.
-  if (isLarge(Body.size()))
-    Sharing = &Owner;
+  // keepBody() takes the reference where it would take the copy (a body
+  // small enough to leave inline or in a batch is copied there).
+  Sharing = &Owner;
   sendFrame(C, Header, Body, std::move(Done), /*Room=*/true);
   Sharing = nullptr;
 }
@@ -1050,7 +1089,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
 inline bool UcxTransport::sendInline(Conn &Co, StringRef Header,
                                      StringRef Body) {
   size_t Len = TokenSize + 1 + Header.size() + Body.size();
-  if (Len > InlineMax)
+  if (Len > InlineMax || Len > Co.ImmediateCeiling)
     return false;
   char Buf[InlineMax];
   support::endian::write64le(Buf, Co.PeerToken);
@@ -1102,8 +1141,10 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
   if (Alone) {
     O.Header += Header;
     keepBody(O, Body);
-    if (!O.Shared.Owner && isLarge(Body.size()))
-      Co.CopiedBytes += Body.size();
+    if (!O.Shared.Owner && isLarge(Body.size())) {
+      O.Copied = Body.size();
+      Co.CopiedBytes += O.Copied;
+    }
   } else {
     appendBatchRecord(O.Body, Header, Body);
   }
@@ -1137,8 +1178,9 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
       break;
     Outgoing O = std::move(Co.Backlog.front());
     Co.Backlog.pop_front();
-    if (!O.Shared.Owner && isLarge(O.Body.size()))
-      Co.CopiedBytes -= O.Body.size();
+    // Exactly what enqueue() counted: a batch's body may be larger than a
+    // large frame's, but is not a copy of one.
+    Co.CopiedBytes -= O.Copied;
     if (O.AmId == BatchAmId) {
       ++Stats.Batches;
       Stats.BatchedFrames += O.Frames;
@@ -1157,9 +1199,11 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     // mostly past UCX's short-message size, and a backlog after a full FIFO
     // would only retry it); UCX sends from the op's own strings, so nothing
     // is copied again.
-    submit(Co,
-           new SendOp{this, C, std::move(O.Header), std::move(O.Body),
-                      std::move(Done), false, std::move(O.Shared)},
+    SendOp *Op = takeOp(C, std::move(Done));
+    Op->Header = std::move(O.Header);
+    Op->Body = std::move(O.Body);
+    Op->Shared = std::move(O.Shared);
+    submit(Co, Op,
            // A batch is always eager: the receiver splits it in the AM
            // callback (onBatch). Where UCX would choose rendezvous for its
            // size (UCX_RNDV_THRESH or UCX_MM_SEG_SIZE set low), it goes as
@@ -1174,7 +1218,10 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   // First try to send from the caller's buffers, completing at once. UCX
   // 1.13 refuses that (UCS_ERR_NO_RESOURCE) for every REPLY send, and for a
   // full FIFO; the request path then takes copies.
-  if (!Reply && !Co.Held && Body.size() <= ImmediateMax) {
+  size_t Bytes = Header.size() + Body.size();
+  bool Refused = false;
+  if (!Reply && !Co.Held && Body.size() <= ImmediateMax &&
+      tryImmediate(Co, Bytes)) {
     // UCX reads only the fields op_attr_mask names: no need to clear the
     // rest.
     ucp_request_param_t P;
@@ -1184,6 +1231,8 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
         ucp_am_send_nbx(Co.Ep, AmId, Header.data(), Header.size(), Body.data(),
                         Body.size(), &P);
     if (LLVM_LIKELY(R == nullptr)) {
+      if (LLVM_UNLIKELY(Bytes > Co.ImmediateCeiling))
+        Co.ImmediateCeiling = SIZE_MAX; // Learned from a full FIFO: forget.
       complete(std::move(Done), "");
       return;
     }
@@ -1193,16 +1242,48 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
                                     .str());
       return;
     }
+    Refused = true;
   }
   // UCX keeps pointers to the header and body of a send it cannot start at
   // once, so both are copied into the op (UCX 1.13 has no
-  // UCP_AM_SEND_FLAG_COPY_HEADER).
-  auto *Op = new SendOp{this, C, Header.str(), {}, std::move(Done)};
+  // UCP_AM_SEND_FLAG_COPY_HEADER), or the body is shared (sendShared()).
+  SendOp *Op = takeOp(C, std::move(Done));
+  Op->Header.assign(Header.data(), Header.size());
   keepBody(*Op, Body);
-  submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+  // Refused at once, yet sent at once: the FIFO had room, the frame was
+  // too big for UCX's short protocol.
+  if (submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0) && Refused &&
+      Bytes <= Co.ImmediateCeiling)
+    Co.ImmediateCeiling = Bytes - 1;
 }
 
-void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
+SendOp *UcxTransport::takeOp(ConnId C, unique_function<void(Error)> &&Done) {
+  if (FreeOps.empty())
+    return new SendOp{this, C, {}, {}, std::move(Done)};
+  SendOp *Op = FreeOps.back().release();
+  FreeOps.pop_back();
+  Op->Conn = C;
+  Op->Done = std::move(Done);
+  return Op;
+}
+
+void UcxTransport::dropOp(SendOp *Op) {
+  if (FreeOps.size() >= OpPoolMax) {
+    delete Op;
+    return;
+  }
+  Op->Done = nullptr;
+  Op->Large = false;
+  Op->Shared = {}; // The owner's reference goes now, not at reuse.
+  Op->Header.clear();
+  if (Op->Body.capacity() > OpKeepBytes)
+    std::string().swap(Op->Body);
+  else
+    Op->Body.clear();
+  FreeOps.emplace_back(Op);
+}
+
+bool UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
                           uint32_t Flags) {
   ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -1215,19 +1296,22 @@ void UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
                       Op->body().data(), Op->body().size(), &P);
   if (R == nullptr) {
     complete(std::move(Op->Done), "");
-    delete Op;
-  } else if (UCS_PTR_IS_ERR(R)) {
+    dropOp(Op);
+    return true;
+  }
+  if (UCS_PTR_IS_ERR(R)) {
     complete(std::move(Op->Done),
              formatv("send to {0} failed: {1}", Co.Peer,
                      ucs_status_string(UCS_PTR_STATUS(R)))
                  .str());
-    delete Op;
-  } else {
-    ++Co.Held;
-    Op->Large = isLarge(Op->body().size());
-    Co.LargeHeld += Op->Large;
-    Sending.insert(Op);
+    dropOp(Op);
+    return false;
   }
+  ++Co.Held;
+  Op->Large = isLarge(Op->body().size());
+  Co.LargeHeld += Op->Large;
+  Sending.insert(Op);
+  return false;
 }
 
 void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
@@ -1923,7 +2007,8 @@ void UcxTransport::ringDoorbell(Conn &Co, ConnId C) {
        /*Reply=*/false, nullptr);
 }
 
-bool UcxTransport::drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames) {
+bool UcxTransport::drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames,
+                             bool ThenQueue) {
   Conn *Co = findConn(C);
   if (!Co)
     return false;
@@ -1976,21 +2061,31 @@ bool UcxTransport::drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames) {
   if (Outer) {
     Co->Draining = false;
     // AM frames that came meanwhile, in order.
-    if (!Co->Queue.empty())
+    if (ThenQueue && !Co->Queue.empty())
       deliverReady(C);
   }
   return findConn(C) != nullptr;
 }
 
-bool UcxTransport::amTurnAfterRing(ConnId C, Conn &Co) {
-  // The mailbox frames sent before this one go first.
-  if (!drainRing(C, Co.AmDelivered))
-    return false;
+void UcxTransport::deliverAfterRing(ConnId C, Conn &Co, StringRef Header,
+                                    StringRef Body,
+                                    MutableArrayRef<char> Buffer) {
+  // The mailbox frames sent before this one go first. AM frames in the
+  // queue (behind this one, or arrived during the drain from a handler
+  // that progressed us) come after this one, not at the drain's end.
+  if (!drainRing(C, Co.AmDelivered, ~0u, /*ThenQueue=*/false))
+    return;
   Conn *Again = findConn(C);
   if (!Again)
-    return false;
+    return;
   ++Again->AmDelivered;
-  return true;
+  if (Buffer.data())
+    Handler->onBufferedFrame(C, Header, Buffer);
+  else
+    Handler->onFrame(C, Header, Body);
+  Again = Destroying ? nullptr : findConn(C);
+  if (Again && !Again->Queue.empty())
+    deliverReady(C);
 }
 
 bool UcxTransport::pollRings() {

@@ -455,6 +455,38 @@ TEST_P(UcxTransportTest, FramesBetweenProgressCallsLeaveAsBatchesInOrder) {
   }
 }
 
+TEST_P(UcxTransportTest, BatchesLargerThanALargeBodyAreNotCountedAsCopies) {
+  // A batch's body can be larger than a large frame's body
+  // (Transport::LargeBody) without being a copy of one: sending it must not
+  // take it off the connection's count of copied large bodies. It did: the
+  // count wrapped below zero and every later send waited up to 5 s for
+  // room (tc-bench sss hung).
+  connect();
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    A->send(AC, "probe", "");
+    return A->T->stats().TokenFrames > 0;
+  }));
+  size_t Want = A->T->stats().ReplyFrames + A->T->stats().TokenFrames;
+  for (unsigned Burst = 0; Burst < 4; ++Burst) {
+    for (unsigned I = 0; I < 50; ++I, ++Want) {
+      A->send(AC, "b", pattern(2000, I)); // Three to a batch: 6 KiB.
+      ASSERT_EQ(A->T->stats().SendWaits, 0u) << "a send waited for room";
+    }
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      return B->E.Frames.size() == Want && A->Results.size() == Want;
+    })) << "burst " << Burst;
+  }
+  // And a large frame after them.
+  A->send(AC, "big", pattern(100000, 7));
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return B->E.Frames.size() == Want + 1; }));
+  TransportStats S = A->T->stats();
+  EXPECT_GE(S.BatchedFrames, 100u);
+  EXPECT_EQ(S.SendWaits, 0u) << "the large frame waited for room";
+  for (const std::string &R : A->Results)
+    EXPECT_EQ(R, "");
+}
+
 TEST_P(UcxTransportTest, BatchesArriveWhereUcxWouldSendThemByRendezvous) {
   // A user's UCX_RNDV_THRESH (or UCX_MM_SEG_SIZE) below a batch's size:
   // UCX would pick rendezvous for the batch, which the receiver cannot
@@ -1322,6 +1354,26 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   EXPECT_GT(SA.MailboxNoCredit, 0u) << "the ring never ran full";
   EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
   EXPECT_EQ(SB.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, FramesQueuedBehindARendezvousComeAfterIt) {
+  // A large eager frame (above Transport::LargeBody, under UCX's
+  // rendezvous threshold) goes to UCX while a rendezvous frame before it is
+  // still in flight, and reaches B while B still receives that one: it
+  // waits in the connection's queue. On a connection with a ring, the
+  // rendezvous frame's turn first drains the ring; the frames queued behind
+  // it must still come after it.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  for (int Round = 0; Round < 10; ++Round) {
+    P.send(pattern(70000, Round), false); // Rendezvous.
+    P.send(pattern(5000, Round), false);  // Eager, large.
+    P.send(pattern(5, Round), true);      // The ring.
+    P.send(pattern(6000, Round), false);
+  }
+  P.expectAllInOrder();
+  EXPECT_EQ(P.B->T->stats().DroppedFrames, 0u);
 }
 
 TEST(UcxMailbox, NoRingOverTcp) {
