@@ -118,6 +118,11 @@ inline bool isLarge(size_t BodySize) {
 /// it holds (its pending queues are walked per progress): 5,000 16 KiB
 /// sends in flight ran at 1,900 msgs/s where 8 at a time ran at 40,000.
 constexpr unsigned MaxLargeInFlight = 8;
+/// At most this many large frames of one connection wait in its backlog
+/// behind those: send() then progresses UCX until half of them have left
+/// (makeRoom()), as a UCX user keeping a window of sends does, instead of
+/// queueing ahead of a pipeline that only progress() moves.
+constexpr unsigned MaxLargeWaiting = 8;
 
 /// Whether peer error handling should be enabled on shared-memory
 /// transports for the UCX transport list \p Tls (UCX_TLS syntax): when the
@@ -188,6 +193,8 @@ struct Outgoing {
   size_t Frames = 0;
   /// What this adds to its connection's CopiedBytes (a large body copied).
   size_t Copied = 0;
+  /// A large frame (counted in its connection's LargeWaiting).
+  bool Large = false;
   SharedBody Shared = {}; ///< As in SendOp.
   StringRef body() const { return Shared.Owner ? Shared.Bytes : Body; }
 };
@@ -329,6 +336,10 @@ private:
     unsigned LargeHeld = 0;
     /// Bytes of copied large bodies in Backlog (see MaxCopiedBacklog).
     size_t CopiedBytes = 0;
+    /// Large frames in Backlog (see MaxLargeWaiting), and whether send()
+    /// gave up waiting for them (until they have left).
+    unsigned LargeWaiting = 0;
+    bool NoLargeWait = false;
     std::deque<Outgoing> Backlog;
     /// The progress() round of this connection's last frame sent at once.
     uint64_t LastRound = 0;
@@ -576,7 +587,8 @@ private:
   /// Ends a rendezvous receive: \p A is complete, or dropped with \p S.
   void received(Arrival *A, ucs_status_t S);
   /// Progresses UCX until \p C's copied backlog is down to half of
-  /// MaxCopiedBacklog (or the connection fails, or nothing moves for 5 s),
+  /// MaxCopiedBacklog and its waiting large frames to half of
+  /// MaxLargeWaiting (or the connection fails, or nothing moves for 5 s),
   /// with every delivery recorded for the next progress().
   LLVM_ATTRIBUTE_NOINLINE void makeRoom(ConnId C);
   /// Delivers what was recorded while send() made room, in order.
@@ -658,6 +670,16 @@ private:
   bool Chores = false;
   /// Set by the destructor: no handler callback may run any more.
   bool Destroying = false;
+  /// True inside ucp_worker_progress() (progressUcx()): a handler sending
+  /// from there must not progress UCX again (UCX asserts), so send() does
+  /// not wait for room then.
+  bool InUcx = false;
+  unsigned progressUcx() {
+    InUcx = true;
+    unsigned N = ucp_worker_progress(Worker);
+    InUcx = false;
+    return N;
+  }
   // Mailboxes.
   bool UseMailbox = true;
   mailbox::Geometry Shape;
@@ -1017,7 +1039,10 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
                                    : Coalesce && (Co->Held || Again);
   if (Wait || !Co->Backlog.empty()) {
     backlog(*Co, C, Header, Body, std::move(Done));
-    if (LLVM_UNLIKELY(Co->CopiedBytes > MaxCopiedBacklog))
+    if (LLVM_UNLIKELY(Co->CopiedBytes > MaxCopiedBacklog ||
+                      (Co->LargeWaiting > MaxLargeWaiting &&
+                       !Co->NoLargeWait)) &&
+        !InUcx)
       makeRoom(C);
     return;
   }
@@ -1141,9 +1166,13 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
   if (Alone) {
     O.Header += Header;
     keepBody(O, Body);
-    if (!O.Shared.Owner && isLarge(Body.size())) {
-      O.Copied = Body.size();
-      Co.CopiedBytes += O.Copied;
+    if (isLarge(Body.size())) {
+      O.Large = true;
+      ++Co.LargeWaiting;
+      if (!O.Shared.Owner) {
+        O.Copied = Body.size();
+        Co.CopiedBytes += O.Copied;
+      }
     }
   } else {
     appendBatchRecord(O.Body, Header, Body);
@@ -1181,6 +1210,9 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     // Exactly what enqueue() counted: a batch's body may be larger than a
     // large frame's, but is not a copy of one.
     Co.CopiedBytes -= O.Copied;
+    Co.LargeWaiting -= O.Large;
+    if (!Co.LargeWaiting)
+      Co.NoLargeWait = false;
     if (O.AmId == BatchAmId) {
       ++Stats.Batches;
       Stats.BatchedFrames += O.Frames;
@@ -1736,7 +1768,7 @@ bool UcxTransport::progress() {
       doChores();
     return Activity = true;
   }
-  Activity = ucp_worker_progress(Worker) != 0;
+  Activity = progressUcx() != 0;
   // What handlers and callbacks queued in this round.
   if (LLVM_UNLIKELY(Chores))
     doChores();
@@ -1752,7 +1784,7 @@ bool UcxTransport::progressWithChores() {
   }
   bool Flushed = !Backlogged.empty() && flushBacklogs();
   bool Polled = !Rings.empty() && ringsReady() && pollRings();
-  Activity = ucp_worker_progress(Worker) != 0;
+  Activity = progressUcx() != 0;
   Activity |= Flushed | Polled | Replayed;
   doChores();
   return Activity;
@@ -1784,19 +1816,31 @@ void UcxTransport::makeRoom(ConnId C) {
   auto Since = std::chrono::steady_clock::now();
   for (unsigned I = 1;; ++I) {
     Conn *Co = findConn(C);
-    if (!Co || !Co->Ep || Co->CopiedBytes <= MaxCopiedBacklog / 2)
+    if (!Co || !Co->Ep ||
+        (Co->CopiedBytes <= MaxCopiedBacklog / 2 &&
+         Co->LargeWaiting <= MaxLargeWaiting / 2))
       return;
-    if (Co->CopiedBytes < Least) {
-      Least = Co->CopiedBytes;
+    // Either count going down is progress.
+    size_t Left = Co->CopiedBytes + Co->LargeWaiting;
+    if (Left < Least) {
+      Least = Left;
       Since = std::chrono::steady_clock::now();
-    } else if ((I & 1023) == 0 &&
-               std::chrono::steady_clock::now() - Since >
-                   std::chrono::seconds(5)) {
+    } else if ((I & 1023) == 0) {
       // A peer that takes nothing for seconds (alive but not progressing):
-      // stop waiting; the copies then queue as they did before.
-      return;
+      // stop waiting; the copies then queue as they did before. Large
+      // frames that are not copies cost no memory: give up on them after
+      // 50 ms (this thread may be the one that progresses the peer), and
+      // do not wait for them again until they have left.
+      auto Idle = std::chrono::steady_clock::now() - Since;
+      if (Idle > std::chrono::seconds(5))
+        return;
+      if (Co->CopiedBytes <= MaxCopiedBacklog / 2 &&
+          Idle > std::chrono::milliseconds(50)) {
+        Co->NoLargeWait = true;
+        return;
+      }
     }
-    ucp_worker_progress(Worker);
+    progressUcx();
     flushBacklog(*Co, C, /*All=*/false);
   }
 }

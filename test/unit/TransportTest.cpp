@@ -487,6 +487,32 @@ TEST_P(UcxTransportTest, BatchesLargerThanALargeBodyAreNotCountedAsCopies) {
     EXPECT_EQ(R, "");
 }
 
+TEST_P(UcxTransportTest, SendGivesUpWaitingForLargeFramesOnlyThisThreadMoves) {
+  // Both transports in this thread: while A's send() waits for its large
+  // frames to leave, nobody progresses B, so none does. A gives up once
+  // (after 50 ms without progress) and does not wait again until they have
+  // left; every frame arrives once B progresses.
+  connect();
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    A->send(AC, "probe", "");
+    return A->T->stats().TokenFrames > 0;
+  }));
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return A->Results.size() == B->E.Frames.size(); }));
+  size_t Before = B->E.Frames.size();
+  auto Body = std::make_shared<std::string>(pattern(100000, 5));
+  const unsigned N = 30;
+  for (unsigned I = 0; I < N; ++I)
+    A->T->sendShared(AC, "L" + std::to_string(I), *Body, Body, nullptr);
+  EXPECT_EQ(A->T->stats().SendWaits, 1u);
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return B->E.Frames.size() == Before + N; }, 20000));
+  for (unsigned I = 0; I < N; ++I) {
+    EXPECT_EQ(B->E.Frames[Before + I].Header, "L" + std::to_string(I));
+    EXPECT_TRUE(B->E.Frames[Before + I].Body == *Body) << I;
+  }
+}
+
 TEST_P(UcxTransportTest, BatchesArriveWhereUcxWouldSendThemByRendezvous) {
   // A user's UCX_RNDV_THRESH (or UCX_MM_SEG_SIZE) below a batch's size:
   // UCX would pick rendezvous for the batch, which the receiver cannot
@@ -1225,6 +1251,30 @@ TEST_P(UcxPeerTest, CopiesOfLargeFramesAreBoundedBySendWaiting) {
   }
   for (const std::string &R : Me->Results)
     EXPECT_EQ(R, "");
+}
+
+TEST_P(UcxPeerTest, SharedLargeFramesAheadOfTheWindowMakeSendWait) {
+  // Shared bodies are no copies, but a sender more than MaxLargeWaiting
+  // large frames ahead of the 8 in UCX progresses UCX inside send() (as a
+  // UCX user keeping a window of sends does) instead of queueing ahead of
+  // a pipeline only progress() moves. The peer progresses on its own.
+  Me = std::make_unique<Side>(ucx(GetParam()));
+  auto C = Me->T->connect("127.0.0.1", Port);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  Me->send(*C, "warm", "");
+  ASSERT_TRUE(pump({Me.get()}, [&] { return Me->E.Frames.size() == 1; },
+                   10000));
+  const unsigned N = 40;
+  auto Body = std::make_shared<std::string>(pattern(256 << 10, 3));
+  for (unsigned I = 0; I < N; ++I)
+    Me->T->sendShared(*C, std::to_string(I), *Body, Body, nullptr);
+  EXPECT_GE(Me->T->stats().SendWaits, 1u);
+  ASSERT_TRUE(pump({Me.get()},
+                   [&] { return Me->E.Frames.size() == N + 1; }, 30000));
+  for (unsigned I = 0; I < N; ++I) {
+    EXPECT_EQ(Me->E.Frames[I + 1].Header, std::to_string(I));
+    EXPECT_TRUE(Me->E.Frames[I + 1].Body == *Body) << "body " << I;
+  }
 }
 
 TEST_P(UcxPeerTest, PeerDeathWhileAFrameIsBeingReceivedIsADisconnect) {
