@@ -285,6 +285,7 @@ Expected<std::unique_ptr<JitEngine>> JitEngine::create(const JitOptions &Opts) {
 /// disk-cache file (it neither reads nor fills the cache), no counter.
 Error JitEngine::prewarm(LoadMode Mode) {
   auto Start = std::chrono::steady_clock::now();
+  PrewarmThread = std::this_thread::get_id();
   auto Fail = [](Error E) {
     return createStringError("prewarming the JIT: %s",
                              toString(std::move(E)).c_str());

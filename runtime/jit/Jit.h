@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <set>
 #include <string>
@@ -145,6 +146,8 @@ public:
   /// How long create() spent prewarming (JitOptions::Prewarm); empty when
   /// it did not.
   std::optional<double> prewarmMillis() const { return PrewarmMillis; }
+  /// The thread prewarm() ran on (a default id when it did not run).
+  std::thread::id prewarmThread() const { return PrewarmThread; }
 
   /// What JitOptions::Prewarm makes create() do, on the calling thread:
   /// call it on the thread that will compile, before any other use of the
@@ -186,6 +189,7 @@ private:
   std::string Triple, CPU;
   JitOptions Opts;
   std::optional<double> PrewarmMillis;
+  std::thread::id PrewarmThread;
   /// Set only while create() prewarms, before anyone else has the engine:
   /// the built-in ifunc neither reads nor fills the disk cache.
   bool Prewarming = false;
