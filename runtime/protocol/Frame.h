@@ -220,7 +220,8 @@ inline bool readCompactVarint(llvm::StringRef H, size_t &Pos,
   return false;
 }
 
-/// decodeCompactInvoke() for every header but the common 3-byte one.
+/// decodeCompactInvoke() for every header but the common 3- and 4-byte
+/// ones.
 bool decodeCompactInvokeSlow(llvm::StringRef Header, llvm::StringRef Body,
                              SmallInvoke &I);
 
@@ -237,6 +238,17 @@ decodeCompactInvoke(llvm::StringRef Header, llvm::StringRef Body,
                   P[2] == Body.size() &&
                   (P[0] == (CompactTagBit | uint8_t(FrameType::Invoke)) ||
                    P[0] == (CompactTagBit | uint8_t(FrameType::LocalInvoke))))) {
+    I.Type = FrameType(P[0] & ~CompactTagBit);
+    I.CodeId = P[1];
+    return true;
+  }
+  // A one-byte code id and a two-byte size (payloads of 128 bytes to
+  // 16 KiB): the second size byte ends the varint and is not 0.
+  if (Header.size() == 4 && !(P[1] & 0x80) && (P[2] & 0x80) && P[3] &&
+      !(P[3] & 0x80) &&
+      (size_t(P[2] & 0x7f) | size_t(P[3]) << 7) == Body.size() &&
+      (P[0] == (CompactTagBit | uint8_t(FrameType::Invoke)) ||
+       P[0] == (CompactTagBit | uint8_t(FrameType::LocalInvoke)))) {
     I.Type = FrameType(P[0] & ~CompactTagBit);
     I.CodeId = P[1];
     return true;

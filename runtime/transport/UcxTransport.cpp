@@ -1074,6 +1074,12 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   Conn *Co = findConn(C);
   if (LLVM_UNLIKELY(!Co || !Co->Ep))
     return false;
+  // Too big for a slot and for an inline message: the general path, at
+  // once (a 1-4 KiB payload's every send).
+  size_t Size = Header.size() + Body.size();
+  if (Size > InlineMax - TokenSize - 1 &&
+      !(Co->Out && Co->Out->Write.fits(Size)))
+    return false;
   // A mailbox first, where the peer offered one: no coalescing there, each
   // frame is written into the slot, and the receiver keeps the order with
   // the AM path.
