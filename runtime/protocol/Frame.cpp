@@ -110,8 +110,7 @@ bool decodeCompactInvokeSlow(StringRef Header, StringRef Body,
   if (Header.empty())
     return false;
   uint8_t Tag = uint8_t(Header[0]);
-  if (Tag != (CompactTagBit | uint8_t(FrameType::Invoke)) &&
-      Tag != (CompactTagBit | uint8_t(FrameType::LocalInvoke)))
+  if (!isCompactInvokeTag(Tag))
     return false;
   size_t Pos = 1;
   uint64_t Id, Size;

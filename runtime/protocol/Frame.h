@@ -225,6 +225,12 @@ inline bool readCompactVarint(llvm::StringRef H, size_t &Pos,
 bool decodeCompactInvokeSlow(llvm::StringRef Header, llvm::StringRef Body,
                              SmallInvoke &I);
 
+/// True if \p Tag is the first byte of a compact Invoke or LocalInvoke.
+LLVM_ATTRIBUTE_ALWAYS_INLINE bool isCompactInvokeTag(uint8_t Tag) {
+  return Tag == (CompactTagBit | uint8_t(FrameType::Invoke)) ||
+         Tag == (CompactTagBit | uint8_t(FrameType::LocalInvoke));
+}
+
 /// The receive fast path for compact frames: true, with \p I's type and
 /// code id filled in (not its Seq), when \p Header is a well-formed compact
 /// header of exactly its size whose payload size is \p Body's. Whatever
@@ -232,23 +238,16 @@ bool decodeCompactInvokeSlow(llvm::StringRef Header, llvm::StringRef Body,
 LLVM_ATTRIBUTE_ALWAYS_INLINE bool
 decodeCompactInvoke(llvm::StringRef Header, llvm::StringRef Body,
                     SmallInvoke &I) {
-  // The common case, a one-byte code id and a one-byte size, without loops.
   const uint8_t *P = reinterpret_cast<const uint8_t *>(Header.data());
-  if (LLVM_LIKELY(Header.size() == 3 && !((P[1] | P[2]) & 0x80) &&
-                  P[2] == Body.size() &&
-                  (P[0] == (CompactTagBit | uint8_t(FrameType::Invoke)) ||
-                   P[0] == (CompactTagBit | uint8_t(FrameType::LocalInvoke))))) {
-    I.Type = FrameType(P[0] & ~CompactTagBit);
-    I.CodeId = P[1];
-    return true;
-  }
-  // A one-byte code id and a two-byte size (payloads of 128 bytes to
-  // 16 KiB): the second size byte ends the varint and is not 0.
-  if (Header.size() == 4 && !(P[1] & 0x80) && (P[2] & 0x80) && P[3] &&
-      !(P[3] & 0x80) &&
-      (size_t(P[2] & 0x7f) | size_t(P[3]) << 7) == Body.size() &&
-      (P[0] == (CompactTagBit | uint8_t(FrameType::Invoke)) ||
-       P[0] == (CompactTagBit | uint8_t(FrameType::LocalInvoke)))) {
+  // Without loops, a one-byte code id and either a one-byte size or a
+  // two-byte one (payloads of 128 bytes to 16 KiB), whose second byte ends
+  // the varint and is not 0.
+  bool Common =
+      (Header.size() == 3 && !((P[1] | P[2]) & 0x80) && P[2] == Body.size()) ||
+      (Header.size() == 4 && !(P[1] & 0x80) && (P[2] & 0x80) && P[3] &&
+       !(P[3] & 0x80) &&
+       (size_t(P[2] & 0x7f) | size_t(P[3]) << 7) == Body.size());
+  if (LLVM_LIKELY(Common && isCompactInvokeTag(P[0]))) {
     I.Type = FrameType(P[0] & ~CompactTagBit);
     I.CodeId = P[1];
     return true;

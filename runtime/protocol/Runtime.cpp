@@ -472,23 +472,11 @@ void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
 void Runtime::send(ConnId C, const Message &M) {
   Conn &S = conn(C);
   if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
-                  !Opts.AlwaysShipCode &&
-                  M.Payload->size() <= Transport::LargeBody))
+                  !Opts.AlwaysShipCode))
     return sendSmall(
         C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
         *M.Payload, unique_function<void(Error)>(), &M.Payload);
   send(C, M, unique_function<void(Error)>());
-}
-
-void Runtime::sendLarge(ConnId C, const Conn &S, const SmallInvoke &I,
-                        const std::shared_ptr<std::string> &Owner,
-                        unique_function<void(Error)> &&Done) {
-  char Buf[Transport::HeaderRoom + FrameHeaderSize];
-  char *Header = Buf + Transport::HeaderRoom;
-  size_t Size = encodeInvokeHeader(S.Compact, I, Owner->size(), Header);
-  ++Counters.FramesSent;
-  Counters.BytesSent += Size + Owner->size();
-  T->sendShared(C, StringRef(Header, Size), *Owner, Owner, std::move(Done));
 }
 
 void Runtime::send(ConnId C, const Message &M,
@@ -512,11 +500,8 @@ void Runtime::send(ConnId C, const Message &M,
     S.LastSentId = It->second;
   }
   if (Sent && !Opts.AlwaysShipCode) {
-    SmallInvoke I{FrameType::Invoke, S.NextSeq++, S.LastSentId};
-    if (LLVM_UNLIKELY(M.Payload->size() > Transport::LargeBody))
-      sendLarge(C, S, I, M.Payload, std::move(Done));
-    else
-      sendSmall(C, S, I, *M.Payload, std::move(Done), &M.Payload);
+    sendSmall(C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+              *M.Payload, std::move(Done), &M.Payload);
     return;
   }
   Frame F;

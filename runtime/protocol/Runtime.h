@@ -461,11 +461,6 @@ private:
             llvm::StringRef Payload,
             llvm::unique_function<void(llvm::Error)> &&Done,
             const std::shared_ptr<std::string> *Owner = nullptr);
-  /// sendSmall() of a large payload that \p Owner keeps: no copy.
-  LLVM_ATTRIBUTE_NOINLINE void
-  sendLarge(ConnId C, const Conn &S, const SmallInvoke &I,
-            const std::shared_ptr<std::string> &Owner,
-            llvm::unique_function<void(llvm::Error)> &&Done);
   void drain(ConnId C);
   /// Verifies, admits and loads an archive on this thread; records the
   /// code id (CompileOnProgressThread).
