@@ -19,7 +19,12 @@
  * messages) belong to the thread that calls tc_worker_progress() /
  * tc_worker_wait() on it; call them only from that thread, or from ifunc
  * code running on it (an ifunc may create and send messages, which is how
- * a pointer chase forwards itself). Different workers may be used from
+ * a pointer chase forwards itself). ifunc code may call tc_worker_progress()
+ * and tc_worker_wait() on its own worker; where its message came as an
+ * active message (inside UCX's progress, which cannot be re-entered) they
+ * do all but progress UCX, and the wait returns at once: an answer carried
+ * by an active message arrives only after the ifunc returns, so forward a
+ * continuation rather than wait for one. Different workers may be used from
  * different threads concurrently. Contexts may be shared; create and destroy
  * them from one thread. A worker that receives new code compiles it on a
  * helper thread of its own (tc_worker_params_t::compile_thread); callbacks

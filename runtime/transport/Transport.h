@@ -165,7 +165,10 @@ public:
   virtual void disconnect(ConnId Conn) = 0;
 
   /// Does pending work and runs callbacks. Returns true if anything
-  /// happened (so a caller busy-polls while it returns true).
+  /// happened (so a caller busy-polls while it returns true). A handler
+  /// may call it and wait() again; a transport that cannot re-enter its
+  /// own progress where that handler runs (UCX, for active messages) does
+  /// what else it can, and its wait() returns at once there.
   virtual bool progress() = 0;
 
   /// Blocks until the transport may have work or \p TimeoutMs passes

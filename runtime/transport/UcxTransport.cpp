@@ -670,11 +670,15 @@ private:
   bool Chores = false;
   /// Set by the destructor: no handler callback may run any more.
   bool Destroying = false;
-  /// True inside ucp_worker_progress() (progressUcx()): a handler sending
-  /// from there must not progress UCX again (UCX asserts), so send() does
-  /// not wait for room then.
+  /// True inside ucp_worker_progress() (progressUcx()), where handlers of
+  /// active messages run: UCX must not be progressed again from there (UCX
+  /// 1.13 asserts `worker->inprogress++ == 0` and aborts). So send() does
+  /// not wait for room then, a progress() called by such a handler does
+  /// all but progress UCX, and wait() returns at once.
   bool InUcx = false;
   unsigned progressUcx() {
+    if (LLVM_UNLIKELY(InUcx))
+      return 0;
     InUcx = true;
     unsigned N = ucp_worker_progress(Worker);
     InUcx = false;
@@ -1918,8 +1922,10 @@ Error UcxTransport::wait(int TimeoutMs) {
   // Frames waiting for mailbox credit: it comes back by put, which raises
   // no event here either. Frames recorded while send() waited for room are
   // delivered by the next progress().
+  // Called by a handler inside ucp_worker_progress(): not a place to sleep
+  // (or to arm the worker); what is due comes when the handler returns.
   if (!Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
-      !PendingConns.empty() || Handler == &Record)
+      !PendingConns.empty() || Handler == &Record || InUcx)
     return Error::success();
   ucs_status_t S = ucp_worker_arm(Worker);
   if (S == UCS_ERR_BUSY)

@@ -1132,6 +1132,51 @@ TEST(CApi, EvictCodeIsRefusedWhileAMessageRuns) {
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, IfuncCodeMayProgressAndWaitOnItsOwnWorker) {
+  // Allowed by the C API (tc.h, "Threads"). The first messages come as
+  // active messages, whose code runs inside UCX's progress: re-entering it
+  // from there aborted the target (UCX 1.13's `worker->inprogress++ == 0`
+  // assertion). Later ones come through the mailbox (over shm) and run
+  // nested: each message starts in order.
+  static tc_worker_h TheTarget;
+  static std::vector<uint64_t> Started;
+  static tc_status_t Waited;
+  Started.clear();
+  Waited = TC_OK;
+  Worker Target, Source;
+  TheTarget = Target.W;
+  ASSERT_EQ(tc_worker_register_local(
+                Target.W, "nest",
+                [](void *P, size_t N, void *) {
+                  uint64_t V;
+                  ASSERT_EQ(N, sizeof V);
+                  std::memcpy(&V, P, sizeof V);
+                  Started.push_back(V);
+                  tc_worker_progress(TheTarget);
+                  tc_status_t S = tc_worker_wait(TheTarget, 0);
+                  if (S != TC_OK)
+                    Waited = S;
+                  tc_worker_progress(TheTarget);
+                }),
+            TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  const uint64_t N = 200;
+  for (uint64_t V = 0; V < N; ++V) {
+    ASSERT_EQ(tc_ep_send_local(Ep, "nest", &V, sizeof V, nullptr, nullptr),
+              TC_INPROGRESS);
+    if (V % 16 == 0)
+      ASSERT_TRUE(runUntil({Source.W, Target.W},
+                           [&] { return Started.size() == V + 1; }));
+  }
+  ASSERT_TRUE(
+      runUntil({Source.W, Target.W}, [&] { return Started.size() == N; }));
+  for (uint64_t V = 0; V < N; ++V)
+    EXPECT_EQ(Started[V], V);
+  EXPECT_EQ(Waited, TC_OK);
+  tc_ep_destroy(Ep);
+}
+
 TEST(CApi, NoMailboxFrameIsLostWhereOnlyOneSideMapsTheOthersMemory) {
   // Two contexts in one process, every UCX transport, connected by
   // address over TCP: here UCX maps the target's ring into the source, but

@@ -820,6 +820,51 @@ TEST_P(UcxTransportTest, WaitReturnsWhenAFrameArrives) {
   Waker.join();
 }
 
+TEST_P(UcxTransportTest, HandlersMayProgressAndWaitOnTheirOwnTransport) {
+  // ifunc code may call tc_worker_progress() and tc_worker_wait() for its
+  // own worker (docs/c-api.md, "Threads"); the runtime's handler is then
+  // inside the transport's progress(), and for an active message or a
+  // rendezvous inside ucp_worker_progress(), which UCX 1.13 must not
+  // re-enter (it asserts and aborts). Small frames (mailbox slots on shm
+  // once the ring is up, active messages before and on TCP) and large ones
+  // (rendezvous) are all delivered, in order, while every handler
+  // progresses, waits, replies and progresses again.
+  connect();
+  int Nested = 0;
+  B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
+    ++Nested;
+    B->T->progress();
+    if (llvm::Error E = B->T->wait(0))
+      ADD_FAILURE() << llvm::toString(std::move(E));
+    B->send(C, H, "ack");
+    B->T->progress();
+  };
+  const size_t MiB = 1 << 20;
+  std::vector<std::string> Bodies;
+  for (unsigned I = 0; I < 40; ++I)
+    Bodies.push_back(pattern(I % 10 == 9 ? MiB + I : 8 + I, I));
+  for (size_t I = 0; I < Bodies.size(); ++I) {
+    A->send(AC, "f" + std::to_string(I), Bodies[I]);
+    if (I % 4 == 3) // Let some arrive one by one, some together.
+      ASSERT_TRUE(pump({A.get(), B.get()},
+                       [&] { return B->E.Frames.size() == I + 1; }));
+  }
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return A->E.Frames.size() == Bodies.size() &&
+           A->Results.size() == Bodies.size();
+  }));
+  EXPECT_EQ(Nested, int(Bodies.size()));
+  ASSERT_EQ(B->E.Frames.size(), Bodies.size());
+  for (size_t I = 0; I < Bodies.size(); ++I) {
+    EXPECT_EQ(A->Results[I], "") << I;
+    EXPECT_EQ(B->E.Frames[I].Header, "f" + std::to_string(I));
+    EXPECT_TRUE(B->E.Frames[I].Body == Bodies[I]) << "body " << I;
+    EXPECT_EQ(A->E.Frames[I].Header, "f" + std::to_string(I));
+    EXPECT_EQ(A->E.Frames[I].Body, "ack");
+  }
+  EXPECT_EQ(B->Results.size(), Bodies.size());
+}
+
 TEST_P(UcxTransportTest, OneByteRoundTrip) {
   connect();
   static const std::string One = "x"; // outlives every send of it
