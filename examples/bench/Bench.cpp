@@ -25,6 +25,8 @@ bool ConnectByAddress = false;
 bool Mailboxes = true;
 std::string ClientServerTls;
 std::atomic<bool> Interrupted{false};
+std::atomic<bool> ChildEnded{false};
+std::atomic<bool> Attention{false};
 static std::vector<Child *> Running;
 static std::vector<pid_t> RunningPids;
 
@@ -104,7 +106,14 @@ void note(const std::string &Msg) {
     std::fprintf(stderr, "tc-bench: %s\n", Msg.c_str());
 }
 
-extern "C" void benchOnSignal(int) { Interrupted = true; }
+extern "C" void benchOnSignal(int) {
+  Interrupted = true;
+  Attention = true;
+}
+extern "C" void benchOnChild(int) {
+  ChildEnded = true;
+  Attention = true;
+}
 
 void installSignalHandlers() {
   struct sigaction SA {};
@@ -112,6 +121,11 @@ void installSignalHandlers() {
   sigemptyset(&SA.sa_mask);
   sigaction(SIGINT, &SA, nullptr);
   sigaction(SIGTERM, &SA, nullptr);
+  struct sigaction Child {};
+  Child.sa_handler = benchOnChild;
+  sigemptyset(&Child.sa_mask);
+  Child.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigaction(SIGCHLD, &Child, nullptr);
   // A server that dies must not kill us through a broken pipe.
   signal(SIGPIPE, SIG_IGN);
 }
@@ -120,14 +134,35 @@ double secondsSince(Clock::time_point T0) {
   return std::chrono::duration<double>(Clock::now() - T0).count();
 }
 
+void attend() {
+  // Cleared first: a signal during the checks sets it again.
+  Attention = false;
+  if (Interrupted)
+    die("interrupted");
+  if (!ChildEnded)
+    return;
+  ChildEnded = false;
+  for (pid_t P : RunningPids) {
+    int Status;
+    if (waitpid(P, &Status, WNOHANG) != P)
+      continue; // Running, or some other child (ucx_perftest, a pair).
+    RunningPids.erase(std::remove(RunningPids.begin(), RunningPids.end(), P),
+                      RunningPids.end());
+    die("server process " + std::to_string(P) +
+        (WIFSIGNALED(Status)
+             ? " was killed by signal " + std::to_string(WTERMSIG(Status))
+             : " exited with status " + std::to_string(WEXITSTATUS(Status))) +
+        " while the client was running");
+  }
+}
+
 void waitFor(tc_worker_h W, const std::function<bool()> &Done,
              const std::string &What, double TimeoutS) {
   Deadline D;
   for (unsigned I = 0; !Done(); ++I) {
     tc_worker_progress(W);
     if ((I & 1023) == 1023) {
-      if (Interrupted)
-        die("interrupted");
+      checkInterruptsAndServers();
       if (D.passed(TimeoutS))
         die("timed out after " + number(TimeoutS) + " s waiting for " + What);
     }
@@ -529,8 +564,7 @@ double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
     for (unsigned Polls = 0; C.Counter < Want; ++Polls) {
       tc_worker_progress(C.W);
       if ((Polls & 1023) == 1023) {
-        if (Interrupted)
-          die("interrupted");
+        checkInterruptsAndServers();
         if (D.passed(60))
           die("timed out after 60 s waiting for a pong");
       }
@@ -548,10 +582,11 @@ double rate(ClientWorker &C, tc_ep_h Ep, const std::function<void()> &Send,
   Clock::time_point T0 = Clock::now();
   for (uint64_t I = 0; I < Msgs; ++I) {
     Send();
+    // A send may wait (for room) while its server takes nothing: then
+    // every send waits, so this is checked after each one.
+    checkInterruptsAndServers();
     if ((I & 15) == 15)
       tc_worker_progress(C.W);
-    if ((I & 0xffff) == 0xffff && Interrupted)
-      die("interrupted");
   }
   flush(C, Ep);
   return static_cast<double>(Msgs) / secondsSince(T0);

@@ -51,7 +51,22 @@ extern bool Quiet;
 
 /// Set by SIGINT/SIGTERM; every wait loop checks it and dies cleanly.
 extern std::atomic<bool> Interrupted;
+/// Set by SIGCHLD: some child process ended (maybe a server).
+extern std::atomic<bool> ChildEnded;
+/// Set with either flag above: the one load checkInterruptsAndServers()
+/// makes when nothing happened.
+extern std::atomic<bool> Attention;
 void installSignalHandlers();
+/// Dies if interrupted, or if a server this process started has ended
+/// (reaping it). Clears Attention.
+void attend();
+/// An ended, unreaped server keeps its UCX peers waiting (UCX's keepalive
+/// still finds a zombie's /proc entry): every wait loop and the rate loop
+/// call this, which dies if tc-bench was interrupted or a server ended.
+inline void checkInterruptsAndServers() {
+  if (Attention.load(std::memory_order_relaxed))
+    attend();
+}
 
 using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point T0);
