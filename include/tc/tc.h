@@ -357,7 +357,10 @@ tc_status_t tc_worker_barrier_nb(tc_worker_h worker, tc_send_cb_t cb,
                                  void *arg);
 /* --- end PMIx bootstrap */
 
-/** @brief Flush, progressing the worker until done or @p timeout_ms. */
+/** @brief Flush, progressing the worker until done or @p timeout_ms
+ *  (TC_ERR_TIMED_OUT; that flush still ends later, harmlessly). From ifunc
+ *  code that came as an active message, where the answer cannot be taken,
+ *  TC_ERR_INVALID_PARAM at once: use tc_ep_flush_nb() there. */
 tc_status_t tc_ep_flush(tc_ep_h ep, int timeout_ms);
 void        tc_ep_destroy(tc_ep_h ep);
 

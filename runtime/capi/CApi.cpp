@@ -548,16 +548,18 @@ tc_status_t tc_ep_connect_address(tc_worker_h W, const void *Addr, size_t Len,
 }
 
 /// Completion callbacks: llvm::Error to a status, through fail().
+/// The status a send or flush completion reports.
+static tc_status_t completionStatus(llvm::Error E) {
+  return E ? fail(TC_ERR_IO, std::move(E)) : TC_OK;
+}
+
 static llvm::unique_function<void(llvm::Error)> completion(tc_send_cb_t CB,
                                                            void *Arg) {
   // Without a callback nothing is queued per send (the benchmarks' hot
   // path). A send that fails then shows up as the endpoint's disconnect.
   if (!CB)
     return nullptr;
-  return [CB, Arg](llvm::Error E) {
-    tc_status_t S = E ? fail(TC_ERR_IO, std::move(E)) : TC_OK;
-    CB(Arg, S);
-  };
+  return [CB, Arg](llvm::Error E) { CB(Arg, completionStatus(std::move(E))); };
 }
 
 // --- PMIx bootstrap (issue #20)
@@ -615,33 +617,44 @@ tc_status_t tc_worker_barrier_nb(tc_worker_h W, tc_send_cb_t CB, void *Arg) {
 }
 // --- end PMIx bootstrap
 
-tc_status_t tc_ep_flush_nb(tc_ep_h E, tc_send_cb_t CB, void *Arg) {
+static tc_status_t startFlush(tc_ep_h E, const char *Who,
+                              llvm::unique_function<void(llvm::Error)> Done) {
   if (!E || !E->W)
-    return fail(TC_ERR_INVALID_PARAM, "tc_ep_flush_nb: bad endpoint");
+    return fail(TC_ERR_INVALID_PARAM,
+                llvm::createStringError("%s: bad endpoint", Who));
   if (!E->Conn)
-    return fail(TC_ERR_CONNECTION_RESET, "tc_ep_flush_nb: connection closed");
-  E->W->RT->fence(E->Conn, completion(CB, Arg));
+    return fail(TC_ERR_CONNECTION_RESET,
+                llvm::createStringError("%s: connection closed", Who));
+  E->W->RT->fence(E->Conn, std::move(Done));
   return TC_INPROGRESS;
 }
 
+tc_status_t tc_ep_flush_nb(tc_ep_h E, tc_send_cb_t CB, void *Arg) {
+  return startFlush(E, "tc_ep_flush_nb", completion(CB, Arg));
+}
+
 tc_status_t tc_ep_flush(tc_ep_h E, int TimeoutMs) {
+  if (E && E->W && !E->W->RT->transport().canWaitHere())
+    return fail(TC_ERR_INVALID_PARAM,
+                "tc_ep_flush: called from ifunc code that came as an active "
+                "message, where UCX cannot be progressed to wait for the "
+                "flush; use tc_ep_flush_nb");
+  // On the heap: the fence outlives a timeout, and its completion comes
+  // after this call returned.
   struct State {
     bool Done = false;
     tc_status_t S = TC_OK;
-  } St;
-  tc_status_t S = tc_ep_flush_nb(
-      E,
-      [](void *A, tc_status_t S) {
-        auto *St = static_cast<State *>(A);
-        St->Done = true;
-        St->S = S;
-      },
-      &St);
+  };
+  auto St = std::make_shared<State>();
+  tc_status_t S = startFlush(E, "tc_ep_flush", [St](llvm::Error Err) {
+    St->S = completionStatus(std::move(Err));
+    St->Done = true;
+  });
   if (S != TC_INPROGRESS)
     return S;
   auto Deadline = std::chrono::steady_clock::now() +
                   std::chrono::milliseconds(TimeoutMs < 0 ? 0 : TimeoutMs);
-  while (!St.Done) {
+  while (!St->Done) {
     if (E->W->RT->progress())
       continue;
     if (TimeoutMs >= 0 && std::chrono::steady_clock::now() >= Deadline)
@@ -649,7 +662,7 @@ tc_status_t tc_ep_flush(tc_ep_h E, int TimeoutMs) {
     if (llvm::Error Err = E->W->RT->wait(10))
       return fail(TC_ERR_IO, std::move(Err));
   }
-  return St.S;
+  return St->S;
 }
 
 void tc_ep_destroy(tc_ep_h E) {

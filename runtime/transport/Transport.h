@@ -175,6 +175,11 @@ public:
   /// (-1: no limit), without spinning: an idle process costs no CPU.
   virtual llvm::Error wait(int TimeoutMs) = 0;
 
+  /// False where progress() cannot receive (a handler inside the
+  /// transport's own progress, see progress()): waiting for an answer there
+  /// would never end.
+  virtual bool canWaitHere() const { return true; }
+
   /// Wakes a thread blocked in wait() (safe to call from any thread).
   virtual void signal() = 0;
 

@@ -306,6 +306,7 @@ public:
   void disconnect(ConnId C) override;
   bool progress() override;
   Error wait(int TimeoutMs) override;
+  bool canWaitHere() const override { return !InUcx; }
   void signal() override;
   TransportStats stats() const override {
     TransportStats S = Stats;

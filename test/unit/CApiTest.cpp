@@ -1177,6 +1177,121 @@ TEST(CApi, IfuncCodeMayProgressAndWaitOnItsOwnWorker) {
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, IfuncCodeThatCameAsAnActiveMessageCannotWaitForAFlush) {
+  // Mailboxes off: every message is an active message, and its code runs
+  // inside UCX's progress, which cannot be re-entered to take the fence's
+  // answer. tc_ep_flush says so at once (it used to spin until its timeout,
+  // or forever with -1); tc_ep_flush_nb works and ends after the ifunc.
+  struct Target {
+    tc_worker_h W = nullptr;
+    std::vector<tc_ep_h> Accepted;
+    std::vector<tc_status_t> Flushes, Later;
+  } T;
+  tc_context_h Ctx;
+  ASSERT_EQ(tc_context_create(nullptr, &Ctx), TC_OK);
+  tc_worker_params_t WP;
+  WP.field_mask = TC_WORKER_PARAM_FIELD_ACCEPT_CB |
+                  TC_WORKER_PARAM_FIELD_TARGET_ARGS |
+                  TC_WORKER_PARAM_FIELD_MAILBOX;
+  WP.accept_cb = [](void *A, tc_ep_h Ep) {
+    static_cast<Target *>(A)->Accepted.push_back(Ep);
+  };
+  WP.accept_arg = &T;
+  WP.target_args = &T;
+  WP.mailbox = 0;
+  ASSERT_EQ(tc_worker_create(Ctx, &WP, &T.W), TC_OK);
+  uint16_t Port;
+  ASSERT_EQ(tc_worker_listen(T.W, "127.0.0.1", 0, &Port), TC_OK);
+  ASSERT_EQ(tc_worker_register_local(
+                T.W, "flush",
+                [](void *, size_t, void *Args) {
+                  auto *Me = static_cast<Target *>(Args);
+                  tc_ep_h From = tc_worker_source_ep(Me->W);
+                  Me->Flushes.push_back(tc_ep_flush(From, 5000));
+                  tc_status_t S = tc_ep_flush_nb(
+                      From,
+                      [](void *A, tc_status_t St) {
+                        static_cast<Target *>(A)->Later.push_back(St);
+                      },
+                      Me);
+                  EXPECT_EQ(S, TC_INPROGRESS);
+                }),
+            TC_OK);
+  tc_context_h SrcCtx;
+  ASSERT_EQ(tc_context_create(nullptr, &SrcCtx), TC_OK);
+  tc_worker_params_t SP;
+  SP.field_mask = TC_WORKER_PARAM_FIELD_MAILBOX;
+  SP.mailbox = 0;
+  tc_worker_h Src;
+  ASSERT_EQ(tc_worker_create(SrcCtx, &SP, &Src), TC_OK);
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Src, "127.0.0.1", Port, &Ep), TC_OK);
+  const size_t N = 3;
+  auto T0 = std::chrono::steady_clock::now();
+  for (size_t I = 0; I < N; ++I)
+    ASSERT_EQ(tc_ep_send_local(Ep, "flush", nullptr, 0, nullptr, nullptr),
+              TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Src, T.W}, [&] { return T.Later.size() == N; }));
+  EXPECT_LT(std::chrono::steady_clock::now() - T0, std::chrono::seconds(5))
+      << "a flush waited for its timeout";
+  EXPECT_EQ(T.Flushes, std::vector<tc_status_t>(N, TC_ERR_INVALID_PARAM));
+  EXPECT_EQ(T.Later, std::vector<tc_status_t>(N, TC_OK));
+  tc_ep_destroy(Ep);
+  for (tc_ep_h E : T.Accepted)
+    tc_ep_destroy(E);
+  tc_worker_destroy(Src);
+  tc_context_destroy(SrcCtx);
+  tc_worker_destroy(T.W);
+  tc_context_destroy(Ctx);
+}
+
+TEST(CApi, AFlushThatTimedOutDoesNotEndALaterOne) {
+  // A flush is a fence the target answers. One that timed out is still in
+  // flight; its answer, taken during a later tc_ep_flush, used to set that
+  // call's result (the first call's state lived in its returned frame, at
+  // the address the next call's took), so the later flush returned TC_OK
+  // with its own fence unanswered. (ASan: stack use after return.)
+  Worker Target, Source;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  tc_status_t First = TC_INPROGRESS;
+  ASSERT_EQ(tc_ep_flush_nb(
+                Ep,
+                [](void *A, tc_status_t S) {
+                  *static_cast<tc_status_t *>(A) = S;
+                },
+                &First),
+            TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, Target.W},
+                       [&] { return First != TC_INPROGRESS; }));
+  ASSERT_EQ(First, TC_OK);
+  // The target is not progressed: this fence stays unanswered.
+  EXPECT_EQ(tc_ep_flush(Ep, 20), TC_ERR_TIMED_OUT);
+  // The target answers it (its frames_sent grows); the source takes that
+  // answer only inside the next call, whose own fence the target, not
+  // progressed, does not answer.
+  tc_worker_stats_t Before{}, Now{};
+  ASSERT_EQ(tc_worker_query_stats(Target.W, &Before), TC_OK);
+  ASSERT_TRUE(runUntil({Target.W}, [&] {
+    EXPECT_EQ(tc_worker_query_stats(Target.W, &Now), TC_OK);
+    return Now.frames_sent > Before.frames_sent;
+  }));
+  EXPECT_EQ(tc_ep_flush(Ep, 200), TC_ERR_TIMED_OUT);
+  // Both fences end once the target runs.
+  tc_status_t Last = TC_INPROGRESS;
+  ASSERT_EQ(tc_ep_flush_nb(
+                Ep,
+                [](void *A, tc_status_t S) {
+                  *static_cast<tc_status_t *>(A) = S;
+                },
+                &Last),
+            TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, Target.W},
+                       [&] { return Last != TC_INPROGRESS; }));
+  EXPECT_EQ(Last, TC_OK);
+  tc_ep_destroy(Ep);
+}
+
 TEST(CApi, NoMailboxFrameIsLostWhereOnlyOneSideMapsTheOthersMemory) {
   // Two contexts in one process, every UCX transport, connected by
   // address over TCP: here UCX maps the target's ring into the source, but
