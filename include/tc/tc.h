@@ -284,6 +284,8 @@ void        tc_context_destroy(tc_context_h context);
 tc_status_t tc_worker_create(tc_context_h context,
                              const tc_worker_params_t *params,
                              tc_worker_h *worker_p);
+/** Not from ifunc code or a callback that runs on @p worker (inside its
+ *  tc_worker_progress()): that call would return into a freed worker. */
 void        tc_worker_destroy(tc_worker_h worker);
 
 /** @brief Busy-poll: make progress; returns non-zero if anything happened. */
