@@ -511,13 +511,14 @@ private:
   /// credit; with \p All, the frames the ring has no room for go as AMs.
   void flushPending(ConnId C, Conn &Co, bool All);
   LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
-  /// Delivers the frames waiting in \p C's ring, in order, as long as they
-  /// were written after at most \p AmLimit frames of the AM path (all of
-  /// them delivered). Returns false if \p C is gone.
+  /// Delivers the frames waiting in the ring of \p C (whose Conn is
+  /// \p Co), in order, as long as they were written after at most
+  /// \p AmLimit frames of the AM path (all of them delivered). Returns
+  /// false if \p C is gone; sets \p Took if it took a frame.
   /// With \p ThenQueue, the AM frames that wait in \p C's queue (they came
   /// while the ring was drained) are delivered after it.
-  bool drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames = ~0u,
-                 bool ThenQueue = true);
+  bool drainRing(ConnId C, Conn *Co, uint32_t AmLimit, unsigned MaxFrames,
+                 bool ThenQueue, bool &Took);
   /// Takes up to RingBurst frames from every ring; true if any.
   LLVM_ATTRIBUTE_NOINLINE bool pollRings();
   /// Hands released slots back to the sender of \p Co's ring.
@@ -2064,64 +2065,66 @@ void UcxTransport::ringDoorbell(Conn &Co, ConnId C) {
        /*Reply=*/false, nullptr);
 }
 
-bool UcxTransport::drainRing(ConnId C, uint32_t AmLimit, unsigned MaxFrames,
-                             bool ThenQueue) {
-  Conn *Co = findConn(C);
-  if (!Co)
+bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
+                             unsigned MaxFrames, bool ThenQueue, bool &Took) {
+  if (Destroying)
     return false;
   bool Outer = !Co->Draining;
   Co->Draining = true;
-  bool Open = true;
-  for (unsigned Taken = 0; Taken < MaxFrames; ++Taken) {
-    Co = findConn(C);
-    if (!Co || Destroying) {
-      Open = false;
-      break;
-    }
-    ucx::InRing *In = Co->In.get();
-    if (!In || !In->Accepted || !In->hasNext())
-      break;
-    mailbox::SlotMessage Msg, *M = &Msg;
-    if (!mailbox::parseSlot(
-            StringRef(In->nextSlot(), In->Read.shape().SlotBytes), Msg)) {
-      // Only the peer writes here: a defect is its own frame's loss.
-      ++Stats.DroppedFrames;
+  // Co and In stay valid until a handler runs; after one, both are looked
+  // up again (it may have closed the connection).
+  ucx::InRing *In = Co->In.get();
+  if (In && In->Accepted) {
+    const uint32_t SlotBytes = In->Read.shape().SlotBytes;
+    for (unsigned Taken = 0; Taken < MaxFrames; ++Taken) {
+      const char *Slot = In->nextSlot();
+      if (!In->Read.isNext(
+              ucx::loadWord(Slot + mailbox::SignalOffset, __ATOMIC_ACQUIRE)))
+        break;
+      mailbox::SlotMessage M;
+      if (LLVM_UNLIKELY(!mailbox::parseSlot(StringRef(Slot, SlotBytes), M))) {
+        // Only the peer writes here: a defect is its own frame's loss.
+        ++Stats.DroppedFrames;
+        In->Read.take();
+        Took = true;
+        continue;
+      }
+      // Written after an AM frame not delivered yet: it waits for it.
+      if (int32_t(M.AmBefore - AmLimit) > 0)
+        break;
       In->Read.take();
-      continue;
-    }
-    // Written after an AM frame not delivered yet: it waits for it.
-    if (int32_t(M->AmBefore - AmLimit) > 0)
-      break;
-    In->Read.take();
-    ++Stats.MailboxReceived;
-    // The handler reads the frame in the slot; an ifunc it runs may
-    // progress us and take the next frames, or close the connection: the
-    // slot is released only when no delivery from this ring runs, and a
-    // ring whose connection closed meanwhile is freed only then.
-    ++In->Delivering;
-    Handler->onFrame(C, M->Header, M->Body);
-    --In->Delivering;
-    Co = findConn(C);
-    if (!Co || Co->In.get() != In) {
+      Took = true;
+      ++Stats.MailboxReceived;
+      // The handler reads the frame in the slot; an ifunc it runs may
+      // progress us and take the next frames, or close the connection:
+      // the slot is released only when no delivery from this ring runs,
+      // and a ring whose connection closed meanwhile is freed only then.
+      ++In->Delivering;
+      Handler->onFrame(C, M.Header, M.Body);
+      --In->Delivering;
+      Co = findConn(C);
+      if (LLVM_UNLIKELY(!Co || Co->In.get() != In)) {
+        if (!In->Delivering)
+          llvm::erase_if(Retired, [&](const std::unique_ptr<ucx::InRing> &R) {
+            return R.get() == In;
+          });
+        return false;
+      }
       if (!In->Delivering)
-        llvm::erase_if(Retired, [&](const std::unique_ptr<ucx::InRing> &R) {
-          return R.get() == In;
-        });
-      Open = false;
-      break;
+        releaseSlots(*Co);
+      if (LLVM_UNLIKELY(Destroying))
+        return false;
     }
-    if (!In->Delivering)
-      releaseSlots(*Co);
   }
-  if (!Open)
-    return false;
   if (Outer) {
     Co->Draining = false;
     // AM frames that came meanwhile, in order.
-    if (ThenQueue && !Co->Queue.empty())
+    if (ThenQueue && !Co->Queue.empty()) {
       deliverReady(C);
+      return findConn(C) != nullptr;
+    }
   }
-  return findConn(C) != nullptr;
+  return true;
 }
 
 void UcxTransport::deliverAfterRing(ConnId C, Conn &Co, StringRef Header,
@@ -2130,7 +2133,8 @@ void UcxTransport::deliverAfterRing(ConnId C, Conn &Co, StringRef Header,
   // The mailbox frames sent before this one go first. AM frames in the
   // queue (behind this one, or arrived during the drain from a handler
   // that progressed us) come after this one, not at the drain's end.
-  if (!drainRing(C, Co.AmDelivered, ~0u, /*ThenQueue=*/false))
+  bool Took = false;
+  if (!drainRing(C, &Co, Co.AmDelivered, ~0u, /*ThenQueue=*/false, Took))
     return;
   Conn *Again = findConn(C);
   if (!Again)
@@ -2155,13 +2159,13 @@ bool UcxTransport::pollRings() {
     Conn *Co = findConn(C);
     if (!Co || Co->Draining)
       continue;
-    uint64_t Before = In->Read.next();
-    if (!drainRing(C, Co->AmDelivered, RingBurst)) {
+    // A closed connection is progress too; a frame that waits for an AM
+    // frame is not (progress() then polls UCX, which brings that frame).
+    bool Took = false;
+    if (!drainRing(C, Co, Co->AmDelivered, RingBurst, /*ThenQueue=*/true,
+                   Took) ||
+        Took)
       Did = true;
-      continue;
-    }
-    Co = findConn(C);
-    Did |= Co && Co->In.get() == In && In->Read.next() != Before;
   }
   return Did;
 }
