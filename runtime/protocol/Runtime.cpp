@@ -461,7 +461,8 @@ void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
   ++Counters.FramesSent;
   Counters.BytesSent += Size + Payload.size();
   // Steady state: no completion to keep, and the transport sends at once.
-  if (!Done && T->trySendNow(C, StringRef(Header, Size), Payload))
+  if (!Done && Size + Payload.size() <= T->sendNowMax() &&
+      T->trySendNow(C, StringRef(Header, Size), Payload))
     return;
   if (Owner && Payload.size() > Transport::ShareMin)
     return T->sendShared(C, StringRef(Header, Size), Payload, *Owner,

@@ -138,6 +138,9 @@ public:
                           llvm::StringRef Body) {
     return false;
   }
+  /// Frames (header + body) above this size are never sent by
+  /// trySendNow(): a caller skips the call for them.
+  size_t sendNowMax() const { return SendNowMax; }
 
   /// Bodies larger than this are large frames: UcxTransport sends them by
   /// the request path (rendezvous above UCX's threshold), and a caller that
@@ -184,6 +187,11 @@ public:
   virtual void signal() = 0;
 
   virtual TransportStats stats() const { return TransportStats(); }
+
+protected:
+  /// See sendNowMax(); a transport whose trySendNow() sends anything sets
+  /// it (0: trySendNow() is never worth calling).
+  size_t SendNowMax = 0;
 };
 
 /// UCX transport options.

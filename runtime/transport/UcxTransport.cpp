@@ -171,7 +171,8 @@ struct SharedBody {
 struct SendOp {
   UcxTransport *T;
   ConnId Conn;
-  std::string Header;
+  /// One frame's token and header fit inline; a batch's may not.
+  SmallString<48> Header;
   std::string Body;
   /// Empty once reported (the connection died first); the op then lives on
   /// only until UCX lets go of it.
@@ -710,6 +711,9 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
       return std::move(E);
   }
   T->MaxCopiedBacklog = std::max<size_t>(Opts.MaxCopiedBacklog, 1);
+  // trySendNow() sends inline messages and, once a peer's ring is
+  // accepted, frames that fit its slots (raised then).
+  T->SendNowMax = InlineMax - TokenSize - 1;
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)
@@ -1053,7 +1057,8 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
     return;
   }
   Co->LastRound = Round;
-  if (!Co->Held && sendInline(*Co, Header, Body)) {
+  if (!Co->Held && TokenSize + 1 + Header.size() + Body.size() <= InlineMax &&
+      sendInline(*Co, Header, Body)) {
     complete(std::move(Done), "");
     return;
   }
@@ -1244,7 +1249,7 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     // would only retry it); UCX sends from the op's own strings, so nothing
     // is copied again.
     SendOp *Op = takeOp(C, std::move(Done));
-    Op->Header = std::move(O.Header);
+    Op->Header = O.Header;
     Op->Body = std::move(O.Body);
     Op->Shared = std::move(O.Shared);
     submit(Co, Op,
@@ -1292,7 +1297,7 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   // once, so both are copied into the op (UCX 1.13 has no
   // UCP_AM_SEND_FLAG_COPY_HEADER), or the body is shared (sendShared()).
   SendOp *Op = takeOp(C, std::move(Done));
-  Op->Header.assign(Header.data(), Header.size());
+  Op->Header.assign(Header);
   keepBody(*Op, Body);
   // Refused at once, yet sent at once: the FIFO had room, the frame was
   // too big for UCX's short protocol.
@@ -1624,6 +1629,7 @@ ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
     return UCS_OK;
   }
   Co->Out = std::move(*Out);
+  T->SendNowMax = std::max<size_t>(T->SendNowMax, Offer->Shape.maxFrame());
   char Head[1 + TokenSize];
   Head[0] = char(MailboxAccept);
   support::endian::write64le(Head + 1, Co->PeerToken);
