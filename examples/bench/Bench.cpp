@@ -25,7 +25,8 @@ bool ConnectByAddress = false;
 bool Mailboxes = true;
 std::string ClientServerTls;
 std::atomic<bool> Interrupted{false};
-std::atomic<bool> ChildEnded{false};
+/// Set by SIGCHLD: some child process ended (maybe a server).
+static std::atomic<bool> ChildEnded{false};
 std::atomic<bool> Attention{false};
 static std::vector<Child *> Running;
 static std::vector<pid_t> RunningPids;

@@ -51,10 +51,8 @@ extern bool Quiet;
 
 /// Set by SIGINT/SIGTERM; every wait loop checks it and dies cleanly.
 extern std::atomic<bool> Interrupted;
-/// Set by SIGCHLD: some child process ended (maybe a server).
-extern std::atomic<bool> ChildEnded;
-/// Set with either flag above: the one load checkInterruptsAndServers()
-/// makes when nothing happened.
+/// Set with Interrupted, and when a child process ends: the one load
+/// checkInterruptsAndServers() makes when nothing happened.
 extern std::atomic<bool> Attention;
 void installSignalHandlers();
 /// Dies if interrupted, or if a server this process started has ended

@@ -91,6 +91,8 @@ constexpr size_t TokenSize = 8;
 /// (ucp_am_send_nbx adds an iov entry for a user header: about 50 of its
 /// ~340 instructions for a cached TSI frame, callgrind).
 constexpr size_t InlineMax = 256;
+/// The largest frame (header + body) an inline message holds.
+constexpr size_t InlineFrameMax = InlineMax - TokenSize - 1;
 /// Bodies up to this size are first tried as an immediate send from the
 /// caller's buffers; larger ones (bcopy fragments, rendezvous) go straight
 /// to the request path, where UCX could not complete them at once anyway.
@@ -713,7 +715,7 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
   T->MaxCopiedBacklog = std::max<size_t>(Opts.MaxCopiedBacklog, 1);
   // trySendNow() sends inline messages and, once a peer's ring is
   // accepted, frames that fit its slots (raised then).
-  T->SendNowMax = InlineMax - TokenSize - 1;
+  T->SendNowMax = InlineFrameMax;
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)
@@ -1057,7 +1059,7 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
     return;
   }
   Co->LastRound = Round;
-  if (!Co->Held && TokenSize + 1 + Header.size() + Body.size() <= InlineMax &&
+  if (!Co->Held && Header.size() + Body.size() <= InlineFrameMax &&
       sendInline(*Co, Header, Body)) {
     complete(std::move(Done), "");
     return;
@@ -1088,7 +1090,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   // Too big for a slot and for an inline message: the general path, at
   // once (a 1-4 KiB payload's every send).
   size_t Size = Header.size() + Body.size();
-  if (Size > InlineMax - TokenSize - 1 &&
+  if (Size > InlineFrameMax &&
       !(Co->Out && Co->Out->Write.fits(Size)))
     return false;
   // A mailbox first, where the peer offered one: no coalescing there, each
