@@ -75,19 +75,27 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
 }
 
 /// Makes the calling thread (the compile helper) the one that gives way:
-/// nice 19 (on Linux a thread's own). Linux's EEVDF scheduler lets a task
-/// that wakes take the CPU when its virtual deadline comes before the
-/// running task's; a nice-19 task's deadlines lie far ahead (its weight is
-/// 15 against a nice-0 task's 1024), so a progress thread woken by a
-/// message preempts the compile at once instead of waiting out its slice.
-/// Only where the two share one CPU: the compile then gets it whenever the
-/// progress thread is idle, since that sleeps (finishCompiles). Elsewhere a
-/// nice-19 compile would starve behind threads that spin on every other
-/// CPU (tc-bench --no-pin: a first contact took 98 ms). Where the call
-/// fails, nothing changes.
+/// Linux's SCHED_IDLE policy (a thread's own), nice 19 where that fails.
+/// A task that wakes preempts a running SCHED_IDLE task at once, whatever
+/// its slice (kernel/sched/fair.c, check_preempt_wakeup_fair), so a
+/// progress thread woken by a message takes the CPU back from the compile.
+/// Nice 19 alone did not: EEVDF's RUN_TO_PARITY lets the running task
+/// finish its slice (0.75-3 ms, whatever its weight) before a wakeup may
+/// preempt it, and a compile is shorter than that, so each message that
+/// came during one waited for its end (tc-bench tsi --modes stall: the
+/// stream's p99 was one compile; docs/runtime.md). Only where the two share
+/// one CPU: the compile then gets it whenever the progress thread is idle,
+/// since that sleeps (finishCompiles). Elsewhere such a compile would
+/// starve behind threads that spin on every other CPU (tc-bench --no-pin:
+/// a nice-19 first contact took 98 ms). Where both calls fail, nothing
+/// changes.
 static void giveWayToProgress() {
 #if defined(__linux__) && defined(SYS_gettid)
   (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+#endif
+#if defined(__linux__) && defined(SCHED_IDLE)
+  sched_param P{};
+  (void)sched_setscheduler(0, SCHED_IDLE, &P); // 0: the calling thread.
 #endif
 }
 
@@ -98,7 +106,7 @@ class Runtime::CompileThread {
 public:
   /// \p GiveWay: the helper shares its one CPU with the progress thread,
   /// which sleeps whenever it is idle during a compile (finishCompiles):
-  /// the helper runs at nice 19 there.
+  /// the helper runs under SCHED_IDLE there (giveWayToProgress).
   explicit CompileThread(bool GiveWay) : GiveWay(GiveWay) {}
   ~CompileThread() {
     {
@@ -833,8 +841,8 @@ bool Runtime::finishCompiles(bool Busy) {
   // process may use only one): sleep until a frame arrives, the compile
   // signals its end, or 1 ms, so that it has the CPU. A loop that spins on
   // progress would otherwise take half of it (and a yield would give it a
-  // whole time slice, 1.4 ms, while messages wait); the helper runs at
-  // nice 19, so whatever wakes this thread takes the CPU back at once.
+  // whole time slice, 1.4 ms, while messages wait); the helper runs
+  // under SCHED_IDLE, so whatever wakes this thread takes the CPU back at once.
   if (Batch.empty() && !Busy && NapWhileCompiling) {
     if (Error E = T->wait(1))
       consumeError(std::move(E));

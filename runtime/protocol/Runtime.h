@@ -577,7 +577,7 @@ private:
   unsigned CompilesInFlight = 0; ///< Jobs started, results not taken yet.
   /// The helper thread runs on the progress thread's only CPU: an idle
   /// progress() sleeps while a compile is in flight (finishCompiles), and
-  /// the helper runs at nice 19.
+  /// the helper runs under SCHED_IDLE.
   bool NapWhileCompiling = false;
   std::mutex FinishedMutex;
   std::vector<std::pair<ArchiveHash, LoadOutcome>> Finished;

@@ -15,9 +15,13 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
+#include <dirent.h>
+#include <sched.h>
+#include <sys/types.h>
 
 using namespace tc;
 using namespace tc::test;
@@ -1159,5 +1163,57 @@ TEST(Runtime, PrewarmRunsOnTheThreadThatWillCompile) {
       EXPECT_NE((*R)->jit().prewarmThread(), std::this_thread::get_id());
     EXPECT_NE((*R)->jit().prewarmThread(), std::thread::id());
     EXPECT_EQ((*R)->jit().size(), 0u); // The built-in module is gone.
+  }
+}
+
+/// This process's threads that run under SCHED_IDLE.
+static int idleThreads() {
+  int N = 0;
+  DIR *D = opendir("/proc/self/task");
+  if (!D)
+    return -1;
+  while (dirent *E = readdir(D)) {
+    pid_t Tid = static_cast<pid_t>(std::atoi(E->d_name));
+    if (Tid > 0 && sched_getscheduler(Tid) == SCHED_IDLE)
+      ++N;
+  }
+  closedir(D);
+  return N;
+}
+
+TEST(Runtime, TheCompileHelperGivesWayOnlyOnTheProgressThreadsOneCpu) {
+  // Where the progress thread may use one CPU, the helper shares it and
+  // runs under SCHED_IDLE, so that a message's wakeup preempts a compile at
+  // once (nice 19 alone waited out the compile's slice under EEVDF). With
+  // more CPUs it keeps its policy: SCHED_IDLE would starve it behind
+  // threads that spin on the others.
+  cpu_set_t Saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof Saved, &Saved), 0);
+  if (CPU_COUNT(&Saved) < 2)
+    GTEST_SKIP() << "one CPU: the helper always shares it";
+  auto Hub = createLoopbackHub();
+  RuntimeOptions O;
+  O.Jit.Prewarm = LoadMode::Bitcode; // Starts the helper in create().
+  ASSERT_EQ(idleThreads(), 0);
+  {
+    auto R = Runtime::create(createLoopbackTransport(Hub), O);
+    ASSERT_TRUE(static_cast<bool>(R)) << llvm::toString(R.takeError());
+    EXPECT_EQ(idleThreads(), 0) << "helper of a thread with "
+                                << CPU_COUNT(&Saved) << " CPUs";
+  }
+  cpu_set_t One;
+  CPU_ZERO(&One);
+  for (int C = 0; C < CPU_SETSIZE; ++C)
+    if (CPU_ISSET(C, &Saved)) {
+      CPU_SET(C, &One);
+      break;
+    }
+  ASSERT_EQ(sched_setaffinity(0, sizeof One, &One), 0);
+  {
+    auto R = Runtime::create(createLoopbackTransport(Hub), O);
+    // Undo the pinning before anything can fail.
+    ASSERT_EQ(sched_setaffinity(0, sizeof Saved, &Saved), 0);
+    ASSERT_TRUE(static_cast<bool>(R)) << llvm::toString(R.takeError());
+    EXPECT_EQ(idleThreads(), 1) << "helper of a thread with one CPU";
   }
 }
