@@ -79,6 +79,9 @@ struct TransportStats {
   /// Times send() waited for a connection's copies of large frames to
   /// leave (UcxTransport: more than MaxCopiedBacklog bytes of them queued).
   uint64_t SendWaits = 0;
+  /// Active messages UCX kept past the send call (completed later) rather
+  /// than sending them at once.
+  uint64_t SendsHeld = 0;
 };
 
 class Transport {

@@ -181,8 +181,10 @@ struct SendOp {
   unique_function<void(Error)> Done;
   /// Counted in its connection's LargeHeld too.
   bool Large = false;
-  SharedBody Shared = {}; ///< The body instead of Body, if it has an owner.
-  StringRef body() const { return Shared.Owner ? Shared.Bytes : Body; }
+  /// The body instead of Body when it is not a copy: shared (Owner set
+  /// once UCX keeps the send), or borrowed for one ucp_am_send_nbx call.
+  SharedBody Shared = {};
+  StringRef body() const { return Shared.Bytes.data() ? Shared.Bytes : Body; }
 };
 
 /// An active message waiting in a connection's backlog (coalesced, or
@@ -452,9 +454,12 @@ private:
   /// Starts \p Op on \p Co's endpoint (the request path, with AM send
   /// \p Flags) and tracks it until UCX lets go of it. True if UCX sent it
   /// at once.
-  bool submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags);
+  /// Hands \p Op to UCX; true if UCX completed it at once. When UCX keeps
+  /// it, \p Owner (if any) becomes the owner of the body \p Op borrowed.
+  bool submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags,
+              const std::shared_ptr<const void> *Owner = nullptr);
   /// An op for a frame of connection \p C, from FreeOps if one waits there.
-  SendOp *takeOp(ConnId C, unique_function<void(Error)> &&Done);
+  inline SendOp *takeOp(ConnId C, unique_function<void(Error)> &&Done);
   /// Gives back an op UCX is done with (its Done already taken).
   void dropOp(SendOp *Op);
   /// Delivers a frame that arrived on \p C, or queues it behind earlier
@@ -554,10 +559,13 @@ private:
   /// is kept for a send without a callback.
   void complete(unique_function<void(Error)> &&Done, StringRef Err) {
     Activity = true;
-    if (Done) {
-      Completions.emplace_back(std::move(Done), Err.str());
-      Chores = true;
-    }
+    if (Done) // Most sends have no callback: this much is inlined.
+      queueCompletion(std::move(Done), Err);
+  }
+  LLVM_ATTRIBUTE_NOINLINE void
+  queueCompletion(unique_function<void(Error)> &&Done, StringRef Err) {
+    Completions.emplace_back(std::move(Done), Err.str());
+    Chores = true;
   }
   /// Frees the endpoint-close requests that have finished.
   LLVM_ATTRIBUTE_NOINLINE void reapClosing() {
@@ -1300,21 +1308,34 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   // UCP_AM_SEND_FLAG_COPY_HEADER), or the body is shared (sendShared()).
   SendOp *Op = takeOp(C, std::move(Done));
   Op->Header.assign(Header);
-  keepBody(*Op, Body);
+  // A shared body is borrowed for the call and its owner's reference taken
+  // only if UCX keeps the send (submit()): most frames that come here leave
+  // at once (UCX copies them into its FIFO), and the reference's atomic
+  // count, taken and dropped around the copy, cost more than its
+  // instructions: the locked decrement right after UCX's copy waited for
+  // that copy's stores to the peer's FIFO to drain (perf, tc-bench sss at
+  // 4 KiB: the client's most sampled instruction after UCX's copy).
+  const std::shared_ptr<const void> *Owner = std::exchange(Sharing, nullptr);
+  if (Owner)
+    Op->Shared.Bytes = Body;
+  else
+    Op->Body.assign(Body.data(), Body.size()); // Reuses a pooled op's buffer.
   // Refused at once, yet sent at once: the FIFO had room, the frame was
   // too big for UCX's short protocol.
-  if (submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0) && Refused &&
-      Bytes <= Co.ImmediateCeiling)
+  if (submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0, Owner) &&
+      Refused && Bytes <= Co.ImmediateCeiling)
     Co.ImmediateCeiling = Bytes - 1;
 }
 
-SendOp *UcxTransport::takeOp(ConnId C, unique_function<void(Error)> &&Done) {
+inline SendOp *UcxTransport::takeOp(ConnId C,
+                                    unique_function<void(Error)> &&Done) {
   if (FreeOps.empty())
     return new SendOp{this, C, {}, {}, std::move(Done)};
   SendOp *Op = FreeOps.back().release();
   FreeOps.pop_back();
   Op->Conn = C;
-  Op->Done = std::move(Done);
+  if (Done) // A pooled op's is empty; most sends have none.
+    Op->Done = std::move(Done);
   return Op;
 }
 
@@ -1323,7 +1344,8 @@ void UcxTransport::dropOp(SendOp *Op) {
     delete Op;
     return;
   }
-  Op->Done = nullptr;
+  if (Op->Done)
+    Op->Done = nullptr;
   Op->Large = false;
   Op->Shared = {}; // The owner's reference goes now, not at reuse.
   Op->Header.clear();
@@ -1335,7 +1357,8 @@ void UcxTransport::dropOp(SendOp *Op) {
 }
 
 bool UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
-                          uint32_t Flags) {
+                          uint32_t Flags,
+                          const std::shared_ptr<const void> *Owner) {
   ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;
@@ -1358,6 +1381,9 @@ bool UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
     dropOp(Op);
     return false;
   }
+  if (Owner)
+    Op->Shared.Owner = *Owner; // UCX reads the body from here on.
+  ++Stats.SendsHeld;
   ++Co.Held;
   Op->Large = isLarge(Op->body().size());
   Co.LargeHeld += Op->Large;

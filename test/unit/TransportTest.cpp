@@ -1064,6 +1064,42 @@ TEST_P(UcxLargeFrameTest, SharedBodiesAreKeptByReferenceUntilSent) {
   EXPECT_EQ(Small.use_count(), 1);
 }
 
+TEST_P(UcxLargeFrameTest, ASharedBodyIsReferencedOnlyWhileUcxKeepsItsSend) {
+  // A frame UCX sends at once (copied into its FIFO or socket) only borrows
+  // its body for the call: no reference is taken, none is left. One UCX
+  // keeps (rendezvous) holds its owner until it is sent, so the caller may
+  // drop the body at once.
+  constexpr size_t Room = Transport::HeaderRoom;
+  std::string Buf = std::string(Room, '\0') + "h";
+  llvm::StringRef Header(Buf.data() + Room, 1);
+  auto Small = std::make_shared<std::string>(pattern(4096, 3));
+  size_t Done = 0;
+  auto Count = [&](llvm::Error E) {
+    EXPECT_FALSE(E) << llvm::toString(std::move(E));
+    ++Done;
+  };
+  uint64_t Held = A->T->stats().SendsHeld;
+  A->T->sendShared(AC, Header, *Small, Small, Count);
+  EXPECT_EQ(A->T->stats().SendsHeld, Held) << "UCX kept a lone 4 KiB send";
+  EXPECT_EQ(Small.use_count(), 1);
+
+  auto Big = std::make_shared<std::string>(pattern(1 << 20, 4));
+  std::weak_ptr<std::string> Weak = Big;
+  std::string Expect = *Big;
+  A->T->sendShared(AC, Header, *Big, Big, Count);
+  EXPECT_EQ(A->T->stats().SendsHeld, Held + 1) << "UCX sent 1 MiB at once";
+  Big.reset();
+  EXPECT_FALSE(Weak.expired()) << "UCX holds the send: the transport must "
+                                  "hold its body";
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return B->E.Frames.size() == Probes + 2 && Done == 2;
+  }, 20000));
+  EXPECT_TRUE(B->E.Frames[Probes].Body == *Small);
+  EXPECT_TRUE(B->E.Frames[Probes + 1].Body == Expect);
+  EXPECT_TRUE(Weak.expired());
+  EXPECT_EQ(Small.use_count(), 1);
+}
+
 TEST_P(UcxLargeFrameTest, DisconnectWhileLargeFramesAreBeingReceived) {
   const unsigned N = 32;
   auto Big = pattern(1 << 20, 8);
