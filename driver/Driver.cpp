@@ -10,6 +10,7 @@
 
 #include "ClangCompile.h"
 #include "Driver.h"
+#include "KindTable.h"
 
 #include "tc/Passes.h"
 #include "tc/Version.h"
@@ -74,6 +75,13 @@ std::string bitcodeOf(const Module &M) {
     W.writeStrtab();
   }
   return std::string(Buf.begin(), Buf.end());
+}
+
+/// A member's bitcode: bitcodeOf, with the metadata kind table cut to the
+/// kinds the module uses (KindTable.h), which the target then does not
+/// parse at each load.
+std::string memberBitcodeOf(const Module &M) {
+  return cutMetadataKinds(bitcodeOf(M), usedMetadataKinds(M));
 }
 
 Error writeFile(StringRef Path, StringRef Bytes) {
@@ -281,7 +289,7 @@ Error Pipeline::run() {
     Member Src;
     Src.Triple = Triple.str();
     Src.TheRole = Role::Source;
-    Src.Image = bitcodeOf(M);
+    Src.Image = memberBitcodeOf(M);
     A.Members.push_back(std::move(Src));
     SourceTriples.insert(Triple);
     HaveSource |= triplesCompatible(Triple, Host);
@@ -323,7 +331,7 @@ Error Pipeline::run() {
     Member Tgt;
     Tgt.Triple = T.Triple;
     Tgt.CPU = T.CPU;
-    Tgt.Image = bitcodeOf(**M);
+    Tgt.Image = memberBitcodeOf(**M);
     A.Members.push_back(std::move(Tgt));
     if (O.EmitObjects) {
       Expected<std::string> Obj = emitObject(**M, T);
