@@ -841,8 +841,8 @@ bool Runtime::finishCompiles(bool Busy) {
   // process may use only one): sleep until a frame arrives, the compile
   // signals its end, or 1 ms, so that it has the CPU. A loop that spins on
   // progress would otherwise take half of it (and a yield would give it a
-  // whole time slice, 1.4 ms, while messages wait); the helper runs
-  // under SCHED_IDLE, so whatever wakes this thread takes the CPU back at once.
+  // whole time slice, 1.4 ms, while messages wait); the helper runs under
+  // SCHED_IDLE, so whatever wakes this thread takes the CPU back at once.
   if (Batch.empty() && !Busy && NapWhileCompiling) {
     if (Error E = T->wait(1))
       consumeError(std::move(E));

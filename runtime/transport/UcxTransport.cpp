@@ -453,9 +453,8 @@ private:
   LLVM_ATTRIBUTE_NOINLINE void doChores();
   /// Starts \p Op on \p Co's endpoint (the request path, with AM send
   /// \p Flags) and tracks it until UCX lets go of it. True if UCX sent it
-  /// at once.
-  /// Hands \p Op to UCX; true if UCX completed it at once. When UCX keeps
-  /// it, \p Owner (if any) becomes the owner of the body \p Op borrowed.
+  /// at once. When UCX keeps it, \p Owner (if any) becomes the owner of
+  /// the body \p Op borrowed.
   bool submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags,
               const std::shared_ptr<const void> *Owner = nullptr);
   /// An op for a frame of connection \p C, from FreeOps if one waits there.
@@ -1310,11 +1309,9 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   Op->Header.assign(Header);
   // A shared body is borrowed for the call and its owner's reference taken
   // only if UCX keeps the send (submit()): most frames that come here leave
-  // at once (UCX copies them into its FIFO), and the reference's atomic
-  // count, taken and dropped around the copy, cost more than its
-  // instructions: the locked decrement right after UCX's copy waited for
-  // that copy's stores to the peer's FIFO to drain (perf, tc-bench sss at
-  // 4 KiB: the client's most sampled instruction after UCX's copy).
+  // at once (UCX copies them into its FIFO), and taking and dropping the
+  // reference around that copy (two atomic operations on its count) was
+  // work for nothing.
   const std::shared_ptr<const void> *Owner = std::exchange(Sharing, nullptr);
   if (Owner)
     Op->Shared.Bytes = Body;
