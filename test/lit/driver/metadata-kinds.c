@@ -29,6 +29,16 @@
 // NOG-NEXT:   <KIND op0=2 {{.*}}/>
 // NOG-NEXT:   <KIND op0=18 {{.*}}/>
 // NOG-NEXT:   <UnknownBlock120
+// No kind at all (-O0: no TBAA): the block holds only the pad block, and
+// the member still loads and runs (TSI counts 1).
+// RUN: tc-cc -O0 %tc_src/examples/tsi/tsi.c -o o0.tcfb
+// RUN: tc-ar extract o0.tcfb --target=x86_64-unknown-linux-gnu -o o0.bc
+// RUN: llvm-bcanalyzer -dump o0.bc | FileCheck %s --check-prefix=NONE --implicit-check-not='<KIND '
+// NONE:      <METADATA_KIND_BLOCK
+// NONE-NEXT:   <UnknownBlock120
+// RUN: env UCX_TLS=posix,self,tcp %with_server -- tc-serve --listen 127.0.0.1:0 -- \
+// RUN:   'tc-send --to $TC_ADDR o0.tcfb --read-back 8' | FileCheck %s --check-prefix=O0RAN
+// O0RAN: 0100000000000000
 // Every member of the default targets loads and runs: 45 with no payload.
 // RUN: tc-cc --name=kinds %s -o run.tcfb
 // RUN: env UCX_TLS=posix,self,tcp %with_server -- tc-serve --listen 127.0.0.1:0 -- \
