@@ -90,12 +90,13 @@ Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
 /// a nice-19 first contact took 98 ms). Where both calls fail, nothing
 /// changes.
 static void giveWayToProgress() {
-#if defined(__linux__) && defined(SYS_gettid)
-  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
-#endif
 #if defined(__linux__) && defined(SCHED_IDLE)
   sched_param P{};
-  (void)sched_setscheduler(0, SCHED_IDLE, &P); // 0: the calling thread.
+  if (sched_setscheduler(0, SCHED_IDLE, &P) == 0) // 0: the calling thread.
+    return;
+#endif
+#if defined(__linux__) && defined(SYS_gettid)
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
 #endif
 }
 

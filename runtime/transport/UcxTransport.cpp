@@ -413,14 +413,15 @@ private:
   /// completes at once; false (nothing sent) when UCX cannot right now or
   /// the frame is too big for it.
   bool sendInline(Conn &Co, StringRef Header, StringRef Body);
-  /// The body of the frame being sent, kept in \p Op (a SendOp or an
-  /// Outgoing): by reference when sendShared() is sending it, else copied.
-  template <typename OpT> void keepBody(OpT &Op, StringRef Body) {
+  /// The body of a frame going into the backlog, kept in \p O: by
+  /// reference when sendShared() is sending it, else copied. (post() only
+  /// borrows a shared body: see there.)
+  void keepBody(Outgoing &O, StringRef Body) {
     if (Sharing) {
-      Op.Shared = SharedBody{*Sharing, Body};
+      O.Shared = SharedBody{*Sharing, Body};
       Sharing = nullptr; // One frame's body.
     } else {
-      Op.Body.assign(Body.data(), Body.size()); // Reuses a pooled op's buffer.
+      O.Body.assign(Body.data(), Body.size());
     }
   }
   /// Whether a frame of \p Bytes is worth an immediate send on \p Co (see
@@ -658,8 +659,8 @@ private:
   SmallVector<ConnId, 4> Backlogged;
   /// progress() calls so far (see Conn::LastRound).
   uint64_t Round = 1;
-  /// The owner of the body sendShared() is sending, for keepBody(); null
-  /// otherwise.
+  /// The owner of the body sendShared() is sending, for keepBody() and
+  /// post(); null otherwise.
   const std::shared_ptr<const void> *Sharing = nullptr;
   bool Coalesce = true;
   /// Bytes of large bodies a connection's backlog may hold in copies before
@@ -1007,8 +1008,9 @@ void UcxTransport::sendWithRoom(ConnId C, StringRef Header, StringRef Body,
 void UcxTransport::sendShared(ConnId C, StringRef Header, StringRef Body,
                               const std::shared_ptr<const void> &Owner,
                               unique_function<void(Error)> Done) {
-  // keepBody() takes the reference where it would take the copy (a body
-  // small enough to leave inline or in a batch is copied there).
+  // keepBody() and post() take (or borrow) the reference where they would
+  // take the copy (a body small enough to leave inline or in a batch is
+  // copied there).
   Sharing = &Owner;
   sendFrame(C, Header, Body, std::move(Done), /*Room=*/true);
   Sharing = nullptr;
