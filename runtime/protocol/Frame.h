@@ -178,6 +178,19 @@ inline bool isCompactHeader(llvm::StringRef Header) {
   return !Header.empty() && (uint8_t(Header[0]) & CompactTagBit);
 }
 
+/// The bytes of \p V as a ULEB128 varint.
+inline size_t varintSize(uint64_t V) {
+  size_t N = 1;
+  for (; V >= 0x80; V >>= 7)
+    ++N;
+  return N;
+}
+
+/// The size encodeCompactInvoke() writes for \p I and \p PayloadSize.
+inline size_t compactInvokeSize(const SmallInvoke &I, uint64_t PayloadSize) {
+  return 1 + varintSize(I.CodeId) + varintSize(PayloadSize);
+}
+
 /// Writes the compact header of a SmallInvoke (its Seq is not written) with
 /// a payload of \p PayloadSize bytes into \p P (room for CompactHeaderMax
 /// bytes); returns its size.

@@ -460,10 +460,39 @@ static LLVM_ATTRIBUTE_ALWAYS_INLINE size_t encodeInvokeHeader(
   return FrameHeaderSize;
 }
 
-void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
+bool Runtime::laneSend(ConnId C, Conn &S, const SmallInvoke &I,
+                       StringRef Payload) {
+  if (!S.Compact)
+    return false;
+  if (LLVM_UNLIKELY(S.LaneGen != T->laneGeneration())) {
+    S.LaneGen = T->laneGeneration();
+    if (!S.Lane)
+      S.Lane = T->lane(C);
+  }
+  if (!S.Lane || !S.Lane->isOpen())
+    return false;
+  size_t Size = compactInvokeSize(I, Payload.size());
+  mailbox::Lane::Wrote W = S.Lane->write(Size, Payload, [&](char *Out) {
+    return encodeCompactInvoke(I, Payload.size(), Out);
+  });
+  if (LLVM_UNLIKELY(W != mailbox::Lane::Wrote::Yes)) {
+    if (W != mailbox::Lane::Wrote::Doorbell)
+      return false; // Full, or not for this frame: the transport decides.
+    T->laneDoorbell(C);
+  }
+  ++Counters.FramesSent;
+  Counters.BytesSent += Size + Payload.size();
+  return true;
+}
+
+void Runtime::sendSmall(ConnId C, Conn &S, const SmallInvoke &I,
                         StringRef Payload,
                         unique_function<void(Error)> &&Done,
                         const std::shared_ptr<std::string> *Owner) {
+  // Steady state over a mailbox: the frame is encoded straight into the
+  // peer's ring, without a call into the transport.
+  if (!Done && laneSend(C, S, I, Payload))
+    return;
   char Buf[Transport::HeaderRoom + FrameHeaderSize];
   char *Header = Buf + Transport::HeaderRoom;
   size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Header);
@@ -482,11 +511,23 @@ void Runtime::sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
 void Runtime::send(ConnId C, const Message &M) {
   Conn &S = conn(C);
   if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
-                  !Opts.AlwaysShipCode))
-    return sendSmall(
-        C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-        *M.Payload, unique_function<void(Error)>(), &M.Payload);
+                  !Opts.AlwaysShipCode)) {
+    // The mailbox lane first, with nothing else live here, then the rest
+    // out of line.
+    if (LLVM_LIKELY(laneSend(
+            C, S, SmallInvoke{FrameType::Invoke, S.NextSeq, S.LastSentId},
+            *M.Payload))) {
+      ++S.NextSeq;
+      return;
+    }
+    return sendCached(C, S, M);
+  }
   send(C, M, unique_function<void(Error)>());
+}
+
+void Runtime::sendCached(ConnId C, Conn &S, const Message &M) {
+  sendSmall(C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+            *M.Payload, unique_function<void(Error)>(), &M.Payload);
 }
 
 void Runtime::send(ConnId C, const Message &M,

@@ -386,6 +386,11 @@ private:
     std::optional<Capabilities> Peer;
     /// The peer reads compact frames (it said wire version 2 or later).
     bool Compact = false;
+    /// The transport's mailbox lane into the peer (Transport::lane()),
+    /// asked for again when the transport's lane generation is no longer
+    /// LaneGen.
+    std::shared_ptr<mailbox::Lane> Lane;
+    uint64_t LaneGen = 0;
     // As a sender.
     std::map<ArchiveHash, uint32_t> SentCode; ///< identity -> code id
     std::map<uint32_t, std::shared_ptr<const Ifunc>> ById;
@@ -452,12 +457,21 @@ private:
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool runSmall(ConnId C, Conn &S,
                                              const SmallInvoke &I,
                                              llvm::StringRef Payload);
+  /// Writes the compact frame of \p I straight into \p S's mailbox lane
+  /// (Transport::lane()), without a completion; false, having sent
+  /// nothing, where there is no open lane or it does not take the frame.
+  LLVM_ATTRIBUTE_ALWAYS_INLINE bool laneSend(ConnId C, Conn &S,
+                                             const SmallInvoke &I,
+                                             llvm::StringRef Payload);
+  /// send() of a cached message not taken by the lane.
+  LLVM_ATTRIBUTE_NOINLINE void sendCached(ConnId C, Conn &S,
+                                          const Message &M);
   /// Sends an Invoke without code or a LocalInvoke: compact when the peer
   /// reads compact frames, else with the full 24-byte header.
   /// A payload \p Owner keeps (a message's) is passed by reference where
   /// the transport would keep a copy (Transport::sendShared()).
   LLVM_ATTRIBUTE_ALWAYS_INLINE void
-  sendSmall(ConnId C, const Conn &S, const SmallInvoke &I,
+  sendSmall(ConnId C, Conn &S, const SmallInvoke &I,
             llvm::StringRef Payload,
             llvm::unique_function<void(llvm::Error)> &&Done,
             const std::shared_ptr<std::string> *Owner = nullptr);

@@ -24,9 +24,11 @@
 #include "transport/Bytes.h"
 
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Compiler.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -100,6 +102,17 @@ constexpr size_t ReleasedOffset = 0, AsleepOffset = 8, ReadyOffset = 16;
 /// The flags' registered size: a cache line of their own.
 constexpr size_t FlagsBytes = 64;
 
+/// The first 8 bytes of a slot's content (\p Out is the slot plus
+/// ContentOffset): the AM count and the frame's sizes.
+inline void encodeSlotSizes(char *Out, uint32_t AmBefore, size_t HeaderSize,
+                            size_t FrameSize) {
+  // Offsets here are the slot's minus ContentOffset.
+  llvm::support::endian::write32le(Out, AmBefore);
+  llvm::support::endian::write16le(Out + 4, uint16_t(FrameSize));
+  Out[6] = char(HeaderSize);
+  Out[7] = 0;
+}
+
 /// Writes a slot's content (everything after the signal word) into
 /// \p Out, which has room for Geometry::SlotBytes - ContentOffset bytes,
 /// and returns its size. \p AmBefore is how many frames the sender had
@@ -107,15 +120,24 @@ constexpr size_t FlagsBytes = 64;
 /// The caller checked that the frame fits (Geometry::maxFrame()).
 inline size_t encodeSlotContent(char *Out, uint32_t AmBefore,
                                 llvm::StringRef Header, llvm::StringRef Body) {
-  // Offsets here are the slot's minus ContentOffset.
-  llvm::support::endian::write32le(Out, AmBefore);
-  llvm::support::endian::write16le(Out + 4,
-                                   uint16_t(Header.size() + Body.size()));
-  Out[6] = char(Header.size());
-  Out[7] = 0;
+  encodeSlotSizes(Out, AmBefore, Header.size(), Header.size() + Body.size());
   copyBytes(Out + 8, Header.data(), Header.size());
   copyBytes(Out + 8 + Header.size(), Body.data(), Body.size());
   return 8 + Header.size() + Body.size();
+}
+
+/// Stores \p Value into the 8-byte word at \p Word (ours, or the peer's
+/// mapped here) with release semantics: what this process wrote before is
+/// visible to a peer that reads the word with acquire.
+inline void storeWord(char *Word, uint64_t Value) {
+  __atomic_store_n(reinterpret_cast<uint64_t *>(Word), Value,
+                   __ATOMIC_RELEASE);
+}
+
+/// Loads the 8-byte word at \p Word (written by the peer through its
+/// mapping) with memory order \p Order (__ATOMIC_ACQUIRE or _RELAXED).
+inline uint64_t loadWord(const char *Word, int Order) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t *>(Word), Order);
 }
 
 /// The signal word of message number \p N (counted from 0): never 0, and
@@ -214,6 +236,108 @@ private:
   Geometry G;
   uint64_t Consumed = 0;
   uint64_t Released = 0;
+};
+
+/// The sender's side of one ring, whole: where the ring is mapped, the next
+/// slot, the credit, and the flags the receiver writes back. UcxTransport
+/// writes every mailbox frame through it; the runtime's send fast path
+/// writes cached frames through it too, without a call into the transport
+/// (Transport::lane()). The transport keeps the lane open only while a
+/// frame may go straight into the ring (no frame waits for credit before
+/// it, the endpoint is up) and closes it for good before the ring's memory
+/// goes; a writer other than the transport checks isOpen() first.
+/// Single-threaded, as the transport.
+class Lane {
+public:
+  /// How a write fared.
+  enum class Wrote {
+    Yes,      ///< In the ring.
+    Doorbell, ///< In the ring, and the receiver sleeps: wake it.
+    NoCredit, ///< Not written: every slot is still the receiver's.
+    No,       ///< Not written: too big for a slot, or the receiver does
+              ///< not poll the ring yet.
+  };
+
+  /// A lane into the ring of shape \p G mapped at \p Ring, whose receiver
+  /// writes back into our flags at \p Flags (SenderFlags). Each slot
+  /// carries \p *AmSent (the connection's count of frames handed to the
+  /// active-message path); each frame written adds one to \p *Sent.
+  /// Opens closed.
+  Lane(Geometry G, char *Ring, const char *Flags, const uint32_t *AmSent,
+       uint64_t *Sent)
+      : W(G), Ring(Ring), Flags(Flags), AmSent(AmSent), Sent(Sent) {}
+  Lane(const Lane &) = delete;
+  Lane &operator=(const Lane &) = delete;
+
+  bool isOpen() const { return Open; }
+  /// Opens or closes the lane to writers other than the transport.
+  void setOpen(bool O) { Open = O && Ring; }
+  /// Closed for good: the ring and the flags are about to go.
+  void close() {
+    Open = false;
+    Ring = nullptr;
+  }
+  const Writer &writer() const { return W; }
+
+  /// Writes a frame into the next slot: a header that \p EncodeHeader
+  /// writes at the pointer it gets (at most \p HeaderMax bytes; it returns
+  /// the size), then \p Body. The content goes in first, the signal word
+  /// last with a release store: a receiver that reads the signal with
+  /// acquire never sees a signalled slot with old content.
+  template <typename EncodeFn>
+  LLVM_ATTRIBUTE_ALWAYS_INLINE Wrote write(size_t HeaderMax,
+                                           llvm::StringRef Body,
+                                           EncodeFn EncodeHeader) {
+    if (LLVM_UNLIKELY(!W.fits(HeaderMax + Body.size())))
+      return Wrote::No;
+    // Until the receiver says it polls the ring, frames go as AMs.
+    if (LLVM_UNLIKELY(!Ready) &&
+        !(Ready = loadWord(Flags + ReadyOffset, __ATOMIC_ACQUIRE)))
+      return Wrote::No;
+    // Credit is read from the flags the receiver writes only when what was
+    // read last is used up: that cache line moves between the processes
+    // once per bank, not once per frame.
+    if (LLVM_UNLIKELY(!Credit)) {
+      Credit = loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE) +
+               W.shape().Slots - W.next();
+      if (!Credit)
+        return Wrote::NoCredit;
+    }
+    uint64_t N = W.next();
+    char *Slot = Ring + W.slotOffset(N);
+    char *Content = Slot + ContentOffset;
+    size_t H = EncodeHeader(Content + 8);
+    copyBytes(Content + 8 + H, Body.data(), Body.size());
+    encodeSlotSizes(Content, *AmSent, H, H + Body.size());
+    storeWord(Slot + SignalOffset, signalOf(N));
+    W.wrote();
+    --Credit;
+    ++*Sent;
+    // Dekker with the receiver's sleep announcement: our signal store,
+    // then its flag load here; its flag store, then its ring loads there.
+    // With a full fence on both sides one of us sees the other.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (LLVM_UNLIKELY(loadWord(Flags + AsleepOffset, __ATOMIC_RELAXED)))
+      return Wrote::Doorbell;
+    return Wrote::Yes;
+  }
+  /// write() of a header already encoded.
+  Wrote write(llvm::StringRef Header, llvm::StringRef Body) {
+    return write(Header.size(), Body, [&](char *Out) {
+      copyBytes(Out, Header.data(), Header.size());
+      return Header.size();
+    });
+  }
+
+private:
+  Writer W;
+  uint64_t Credit = 0;
+  bool Ready = false;
+  bool Open = false;
+  char *Ring;
+  const char *Flags;
+  const uint32_t *AmSent;
+  uint64_t *Sent;
 };
 
 } // namespace mailbox

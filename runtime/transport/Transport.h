@@ -145,6 +145,20 @@ public:
   /// trySendNow(): a caller skips the call for them.
   size_t sendNowMax() const { return SendNowMax; }
 
+  /// The mailbox lane into \p Conn's peer (mailbox::Lane), or null: a
+  /// caller may write a frame through it, without calling the transport,
+  /// while it is open, and that frame is sent in the order of the calls as
+  /// if trySendNow() had sent it. On Lane::Wrote::Doorbell the caller calls
+  /// laneDoorbell(); on NoCredit or No it sends the frame the usual way.
+  /// The transport closes the lane whenever frames must not take it, and
+  /// for good when the connection goes.
+  virtual std::shared_ptr<mailbox::Lane> lane(ConnId Conn) { return nullptr; }
+  /// Wakes the receiver of \p Conn's lane, which sleeps (see lane()).
+  virtual void laneDoorbell(ConnId Conn) {}
+  /// Bumped whenever a connection gains a lane: a caller that keeps lanes
+  /// asks lane() again for connections that had none when this changes.
+  uint64_t laneGeneration() const { return LaneGeneration; }
+
   /// Bodies larger than this are large frames: UcxTransport sends them by
   /// the request path (rendezvous above UCX's threshold), and a caller that
   /// has them in shared memory passes them with sendShared().
@@ -195,6 +209,8 @@ protected:
   /// See sendNowMax(); a transport whose trySendNow() sends anything sets
   /// it (0: trySendNow() is never worth calling).
   size_t SendNowMax = 0;
+  /// See laneGeneration().
+  uint64_t LaneGeneration = 0;
 };
 
 /// UCX transport options.

@@ -111,10 +111,10 @@ std::string InRing::offer() const {
   return mailbox::encodeOffer(O);
 }
 
-Expected<std::unique_ptr<OutRing>> OutRing::accept(ucp_context_h Ctx,
-                                                   ucp_ep_h Ep,
-                                                   const mailbox::Offer &O) {
-  auto R = std::make_unique<OutRing>(O.Shape);
+Expected<std::unique_ptr<OutRing>>
+OutRing::accept(ucp_context_h Ctx, ucp_ep_h Ep, const mailbox::Offer &O,
+                const uint32_t *AmSent, uint64_t *Sent) {
+  auto R = std::make_unique<OutRing>();
   Expected<RemoteKey> Key = RemoteKey::unpackMapped(Ep, O.RemoteKey,
                                                     O.RingAddress);
   if (!Key)
@@ -124,6 +124,8 @@ Expected<std::unique_ptr<OutRing>> OutRing::accept(ucp_context_h Ctx,
   if (!Flags)
     return Flags.takeError();
   R->Flags = std::move(*Flags);
+  R->Lane = std::make_shared<mailbox::Lane>(O.Shape, R->Ring.mapped(),
+                                            R->Flags.base(), AmSent, Sent);
   return std::move(R);
 }
 

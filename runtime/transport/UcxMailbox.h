@@ -84,19 +84,8 @@ private:
   char *Mapped = nullptr;
 };
 
-/// Stores \p Value into the peer's 8-byte word at \p Word (a mapped
-/// address) with release semantics: what this process wrote before is
-/// visible to a peer that reads the word with acquire.
-inline void storeWord(char *Word, uint64_t Value) {
-  __atomic_store_n(reinterpret_cast<uint64_t *>(Word), Value,
-                   __ATOMIC_RELEASE);
-}
-
-/// Loads the 8-byte word at \p Word (written by the peer through its
-/// mapping) with memory order \p Order (__ATOMIC_ACQUIRE or _RELAXED).
-inline uint64_t loadWord(const char *Word, int Order) {
-  return __atomic_load_n(reinterpret_cast<const uint64_t *>(Word), Order);
-}
+using mailbox::loadWord;
+using mailbox::storeWord;
 
 /// The ring this process offers a peer, which the peer writes frames into.
 struct InRing {
@@ -132,30 +121,27 @@ struct InRing {
 /// A ring a peer offered, which this process writes frames into.
 struct OutRing {
   RemoteKey Ring; ///< mapped(): the ring's first slot.
-  mailbox::Writer Write;
   /// Our flags (mailbox::SenderFlags), which the receiver writes.
   Region Flags;
-  /// Slots known to be free without reading the flags again.
-  uint64_t Credit = 0;
-  /// Set once the receiver said it polls the ring (SenderFlags::Ready).
-  bool Ready = false;
+  /// The writers' view of the two (shared with the runtime, which may
+  /// hold it past this ring: it is closed when the ring goes).
+  std::shared_ptr<mailbox::Lane> Lane;
 
-  explicit OutRing(mailbox::Geometry G) : Write(G) {}
+  OutRing() = default;
+  OutRing(const OutRing &) = delete;
+  OutRing &operator=(const OutRing &) = delete;
+  ~OutRing() {
+    if (Lane)
+      Lane->close();
+  }
   /// Accepts \p Offer on \p Ep: unpacks the ring's key (failing unless UCX
-  /// maps it here) and allocates our flags.
+  /// maps it here) and allocates our flags. The lane writes \p *AmSent
+  /// into each slot and counts its frames in \p *Sent (see mailbox::Lane).
   static llvm::Expected<std::unique_ptr<OutRing>>
-  accept(ucp_context_h Ctx, ucp_ep_h Ep, const mailbox::Offer &Offer);
+  accept(ucp_context_h Ctx, ucp_ep_h Ep, const mailbox::Offer &Offer,
+         const uint32_t *AmSent, uint64_t *Sent);
   /// The record the accept message carries.
   std::string acceptRecord() const;
-  uint64_t released() const {
-    return loadWord(Flags.base() + mailbox::ReleasedOffset, __ATOMIC_ACQUIRE);
-  }
-  bool receiverReady() const {
-    return loadWord(Flags.base() + mailbox::ReadyOffset, __ATOMIC_ACQUIRE);
-  }
-  bool receiverAsleep() const {
-    return loadWord(Flags.base() + mailbox::AsleepOffset, __ATOMIC_RELAXED);
-  }
 };
 
 } // namespace ucx

@@ -512,6 +512,12 @@ private:
   /// said yet that it polls the ring (SenderFlags::Ready), NoCredit when
   /// the receiver has not released the slot yet.
   SlotWrite writeSlot(Conn &Co, ConnId C, StringRef Header, StringRef Body);
+  /// Opens \p Co's lane to the runtime while a frame may go straight into
+  /// the ring (its endpoint is up, nothing waits in Pending), else closes
+  /// it. Called wherever either changes.
+  void gateLane(Conn &Co);
+  std::shared_ptr<mailbox::Lane> lane(ConnId C) override;
+  void laneDoorbell(ConnId C) override;
   /// sendFrame() once no frame of \p Co waits in Pending.
   void sendFrameNow(ConnId C, Conn *Co, StringRef Header, StringRef Body,
                     unique_function<void(Error)> &&Done, bool Room);
@@ -525,8 +531,11 @@ private:
   /// false if \p C is gone; sets \p Took if it took a frame.
   /// With \p ThenQueue, the AM frames that wait in \p C's queue (they came
   /// while the ring was drained) are delivered after it.
-  bool drainRing(ConnId C, Conn *Co, uint32_t AmLimit, unsigned MaxFrames,
-                 bool ThenQueue, bool &Took);
+  /// Inlined into its two callers: each gets a copy for its arguments.
+  LLVM_ATTRIBUTE_ALWAYS_INLINE bool drainRing(ConnId C, Conn *Co,
+                                              uint32_t AmLimit,
+                                              unsigned MaxFrames,
+                                              bool ThenQueue, bool &Took);
   /// Takes up to RingBurst frames from every ring; true if any.
   LLVM_ATTRIBUTE_NOINLINE bool pollRings();
   /// Hands released slots back to the sender of \p Co's ring.
@@ -534,8 +543,8 @@ private:
   /// Whether a frame waits in any ring (without taking it): what an idle
   /// progress() pays per ring, a pointer and an acquire load.
   bool ringsReady() {
-    for (const auto &R : Rings)
-      if (R.second->hasNext())
+    for (const PolledRing &R : Rings)
+      if (R.In->hasNext())
         return true;
     return false;
   }
@@ -701,8 +710,20 @@ private:
   bool UseMailbox = true;
   mailbox::Geometry Shape;
   unsigned SpinUs = 50;
-  /// Connections whose ring a sender accepted: what progress() polls.
-  SmallVector<std::pair<ConnId, ucx::InRing *>, 4> Rings;
+  /// A ring a sender accepted, with its connection (a std::map node: it
+  /// does not move; dropMailboxes() removes the entry before the
+  /// connection goes).
+  struct PolledRing {
+    ConnId C;
+    Conn *Co;
+    ucx::InRing *In;
+  };
+  /// What progress() polls.
+  SmallVector<PolledRing, 4> Rings;
+  /// Bumped whenever a ring is dropped (its connection closed, or the
+  /// transport goes): a delivery that sees it unchanged after its handler
+  /// knows its connection and ring are still there without a lookup.
+  uint64_t RingsDropped = 0;
   /// Rings of closed connections that a delivery still reads.
   std::vector<std::unique_ptr<ucx::InRing>> Retired;
   /// Connections whose Pending may be non-empty.
@@ -1100,7 +1121,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   // once (a 1-4 KiB payload's every send).
   size_t Size = Header.size() + Body.size();
   if (Size > InlineFrameMax &&
-      !(Co->Out && Co->Out->Write.fits(Size)))
+      !(Co->Out && Co->Out->Lane->writer().fits(Size)))
     return false;
   // A mailbox first, where the peer offered one: no coalescing there, each
   // frame is written into the slot, and the receiver keeps the order with
@@ -1109,7 +1130,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
     if (LLVM_UNLIKELY(!Co->Pending.empty())) {
       // Behind frames that wait for credit; one too big for a slot is
       // queued as an AM by sendFrame().
-      if (!Co->Out->Write.fits(Header.size() + Body.size()))
+      if (!Co->Out->Lane->writer().fits(Header.size() + Body.size()))
         return false;
       Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
       return true;
@@ -1121,6 +1142,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
       // The sender waits for the receiver, in order, rather than sending
       // AMs it would have to deliver more slowly behind the ring.
       Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
+      gateLane(*Co); // Closed to the runtime until Pending is written.
       PendingConns.push_back(C);
       Chores = true;
       return true;
@@ -1399,8 +1421,10 @@ void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
   auto It = ByEp.find(Ep);
   if (It != ByEp.end()) {
     auto C = Conns.find(It->second);
-    if (C != Conns.end())
+    if (C != Conns.end()) {
       C->second.Ep = nullptr;
+      gateLane(C->second);
+    }
     ByEp.erase(It);
   }
   ucs_status_ptr_t R = ucp_ep_close_nbx(Ep, &P);
@@ -1649,13 +1673,15 @@ ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
     consumeError(Offer.takeError()); // AMs only on this connection.
     return UCS_OK;
   }
-  Expected<std::unique_ptr<ucx::OutRing>> Out =
-      ucx::OutRing::accept(T->Context, Co->Ep, *Offer);
+  Expected<std::unique_ptr<ucx::OutRing>> Out = ucx::OutRing::accept(
+      T->Context, Co->Ep, *Offer, &Co->AmSent, &T->Stats.MailboxSent);
   if (!Out) {
     consumeError(Out.takeError()); // Not mapped here (TCP, RDMA): AMs.
     return UCS_OK;
   }
   Co->Out = std::move(*Out);
+  T->gateLane(*Co);
+  ++T->LaneGeneration;
   T->SendNowMax = std::max<size_t>(T->SendNowMax, Offer->Shape.maxFrame());
   char Head[1 + TokenSize];
   Head[0] = char(MailboxAccept);
@@ -2023,40 +2049,38 @@ void UcxTransport::signal() {
 UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
                                                 StringRef Header,
                                                 StringRef Body) {
-  ucx::OutRing &O = *Co.Out;
-  if (!O.Write.fits(Header.size() + Body.size()))
-    return SlotWrite::Unusable;
-  // Until the receiver says it polls the ring, frames go as AMs.
-  if (LLVM_UNLIKELY(!O.Ready) && !(O.Ready = O.receiverReady()))
-    return SlotWrite::Unusable;
-  // Credit is read from the flags the receiver writes only when what was
-  // read last is used up: that cache line moves between the processes
-  // once per bank, not once per frame.
-  if (LLVM_UNLIKELY(!O.Credit)) {
-    O.Credit = O.released() + O.Write.shape().Slots - O.Write.next();
-    if (!O.Credit) {
-      ++Stats.MailboxNoCredit;
-      return SlotWrite::NoCredit;
-    }
-  }
-  uint64_t N = O.Write.next();
-  char *Slot = O.Ring.mapped() + O.Write.slotOffset(N);
-  // The content straight into the receiver's slot, then the signal word
-  // with a release store: the receiver, which reads the signal first with
-  // acquire, never sees a signalled slot with old content.
-  mailbox::encodeSlotContent(Slot + mailbox::ContentOffset, Co.AmSent, Header,
-                             Body);
-  ucx::storeWord(Slot + mailbox::SignalOffset, mailbox::signalOf(N));
-  O.Write.wrote();
-  --O.Credit;
-  ++Stats.MailboxSent;
-  // Dekker with the receiver's sleep announcement (announceSleep): our
-  // signal store, then its flag load here; its flag store, then its ring
-  // loads there. With a full fence on both sides one of us sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (LLVM_UNLIKELY(O.receiverAsleep()))
+  // The lane writes the slot and its signal (Mailbox.h); the doorbell, an
+  // active message, is ours.
+  switch (Co.Out->Lane->write(Header, Body)) {
+  case mailbox::Lane::Wrote::Yes:
+    return SlotWrite::Written;
+  case mailbox::Lane::Wrote::Doorbell:
     ringDoorbell(Co, C);
-  return SlotWrite::Written;
+    return SlotWrite::Written;
+  case mailbox::Lane::Wrote::NoCredit:
+    ++Stats.MailboxNoCredit;
+    return SlotWrite::NoCredit;
+  case mailbox::Lane::Wrote::No:
+    break;
+  }
+  return SlotWrite::Unusable;
+}
+
+void UcxTransport::gateLane(Conn &Co) {
+  if (Co.Out)
+    Co.Out->Lane->setOpen(Co.Ep && Co.Pending.empty());
+}
+
+std::shared_ptr<mailbox::Lane> UcxTransport::lane(ConnId C) {
+  Conn *Co = findConn(C);
+  if (!Co || !Co->Out)
+    return nullptr;
+  return Co->Out->Lane;
+}
+
+void UcxTransport::laneDoorbell(ConnId C) {
+  if (Conn *Co = findConn(C); Co && Co->Ep)
+    ringDoorbell(*Co, C);
 }
 
 void UcxTransport::flushPending(ConnId C, Conn &Co, bool All) {
@@ -2075,6 +2099,7 @@ void UcxTransport::flushPending(ConnId C, Conn &Co, bool All) {
     }
     Co.Pending.pop_front();
   }
+  gateLane(Co);
 }
 
 bool UcxTransport::flushPendings() {
@@ -2132,16 +2157,21 @@ bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
       // progress us and take the next frames, or close the connection:
       // the slot is released only when no delivery from this ring runs,
       // and a ring whose connection closed meanwhile is freed only then.
+      // No ring dropped meanwhile: Co and In are still C's.
+      uint64_t Dropped = RingsDropped;
       ++In->Delivering;
       Handler->onFrame(C, M.Header, M.Body);
       --In->Delivering;
-      Co = findConn(C);
-      if (LLVM_UNLIKELY(!Co || Co->In.get() != In)) {
-        if (!In->Delivering)
-          llvm::erase_if(Retired, [&](const std::unique_ptr<ucx::InRing> &R) {
-            return R.get() == In;
-          });
-        return false;
+      if (LLVM_UNLIKELY(RingsDropped != Dropped)) {
+        Co = findConn(C);
+        if (!Co || Co->In.get() != In) {
+          if (!In->Delivering)
+            llvm::erase_if(Retired,
+                           [&](const std::unique_ptr<ucx::InRing> &R) {
+                             return R.get() == In;
+                           });
+          return false;
+        }
       }
       if (!In->Delivering)
         releaseSlots(*Co);
@@ -2186,11 +2216,8 @@ bool UcxTransport::pollRings() {
   bool Did = false;
   // By index: a handler may close connections (and shrink the list).
   for (size_t I = 0; I < Rings.size(); ++I) {
-    auto [C, In] = Rings[I];
-    if (!In->hasNext())
-      continue;
-    Conn *Co = findConn(C);
-    if (!Co || Co->Draining)
+    auto [C, Co, In] = Rings[I];
+    if (!In->hasNext() || Co->Draining)
       continue;
     // A closed connection is progress too; a frame that waits for an AM
     // frame is not (progress() then polls UCX, which brings that frame).
@@ -2212,9 +2239,8 @@ void UcxTransport::releaseSlots(Conn &Co) {
 }
 
 void UcxTransport::announceSleep(bool Asleep) {
-  for (auto [C, Ring] : Rings) {
-    Conn *Co = findConn(C);
-    if (!Co || !Co->Ep || Ring->Asleep == Asleep)
+  for (auto [C, Co, Ring] : Rings) {
+    if (!Co->Ep || Ring->Asleep == Asleep)
       continue;
     ucx::InRing &In = *Ring;
     In.Asleep = Asleep;
@@ -2226,9 +2252,8 @@ void UcxTransport::announceSleep(bool Asleep) {
 
 void UcxTransport::dropMailboxes(ConnId C, Conn &Co) {
   Co.Out.reset();
-  llvm::erase_if(Rings, [&](const std::pair<ConnId, ucx::InRing *> &R) {
-    return R.first == C;
-  });
+  ++RingsDropped;
+  llvm::erase_if(Rings, [&](const PolledRing &R) { return R.C == C; });
   if (Co.In && Co.In->Delivering)
     Retired.push_back(std::move(Co.In)); // Freed when the delivery returns.
   Co.In.reset();
@@ -2276,7 +2301,7 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   }
   Co->In->SenderFlags = std::move(*Key);
   Co->In->Accepted = true;
-  T->Rings.push_back({C, Co->In.get()});
+  T->Rings.push_back({C, Co, Co->In.get()});
   ucx::storeWord(Co->In->SenderFlags.mapped() + mailbox::ReadyOffset, 1);
   return UCS_OK;
 }

@@ -23,31 +23,32 @@ using namespace tc::mailbox;
 
 namespace {
 
-/// A sender and a receiver around one ring in this process.
+/// A sender and a receiver around one ring in this process; the sender
+/// writes through a Lane, as UcxTransport and the runtime do.
 struct Loop {
   Geometry G;
   std::vector<char> Ring;
-  Writer W;
+  alignas(64) char Flags[FlagsBytes] = {}; ///< The sender's SenderFlags.
+  uint32_t AmSent = 0;
+  uint64_t Sent = 0;
+  Lane L;
+  const Writer &W;
   Reader R;
-  uint64_t Released = 0; ///< The sender's flags word.
-  std::vector<char> Staging;
 
   explicit Loop(Geometry G)
-      : G(G), Ring(G.bytes(), 0), W(G), R(G), Staging(G.SlotBytes) {}
+      : G(G), Ring(G.bytes(), 0), L(G, Ring.data(), Flags, &AmSent, &Sent),
+        W(L.writer()), R(G) {
+    storeWord(Flags + ReadyOffset, 1); // The receiver polls the ring.
+  }
+  uint64_t released() const {
+    return loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE);
+  }
 
-  /// sendMailbox(): false when the frame does not fit or there is no
-  /// credit (UcxTransport then sends it as an active message).
+  /// writeSlot(): false when the frame does not fit or there is no credit
+  /// (UcxTransport then sends it as an active message or waits).
   bool send(const std::string &H, const std::string &B, uint32_t Am = 0) {
-    if (!W.fits(H.size() + B.size()) || !W.hasCredit(Released))
-      return false;
-    uint64_t N = W.next();
-    char *Slot = Ring.data() + W.slotOffset(N);
-    size_t Len = encodeSlotContent(Staging.data(), Am, H, B);
-    std::memcpy(Slot + ContentOffset, Staging.data(), Len);
-    uint64_t Signal = signalOf(N);
-    std::memcpy(Slot + SignalOffset, &Signal, 8);
-    W.wrote();
-    return true;
+    AmSent = Am;
+    return L.write(H, B) == Lane::Wrote::Yes;
   }
   /// pollRings(): the next frame, if its slot is signalled.
   bool take(std::string &H, std::string &B, uint32_t *Am = nullptr) {
@@ -66,7 +67,7 @@ struct Loop {
       *Am = M->AmBefore;
     R.take();
     if (uint64_t New = R.release())
-      Released = New;
+      storeWord(Flags + ReleasedOffset, New);
     return true;
   }
 };
@@ -114,11 +115,11 @@ TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
   // Three taken: no whole bank yet, no credit back.
   for (int I = 0; I < 3; ++I)
     ASSERT_TRUE(L.take(H, B));
-  EXPECT_EQ(L.Released, 0u);
+  EXPECT_EQ(L.released(), 0u);
   EXPECT_FALSE(L.send("x", ""));
   // The fourth frees the first bank: four slots of credit.
   ASSERT_TRUE(L.take(H, B));
-  EXPECT_EQ(L.Released, 4u);
+  EXPECT_EQ(L.released(), 4u);
   for (int I = 0; I < 4; ++I)
     EXPECT_TRUE(L.send("y", "")) << I;
   EXPECT_FALSE(L.send("y", ""));
@@ -148,6 +149,60 @@ TEST(Mailbox, TheAmCountTravelsWithTheFrame) {
     ASSERT_TRUE(L.take(H, B, &Am));
     EXPECT_EQ(Am, Want);
   }
+}
+
+TEST(Mailbox, ALaneWaitsForItsReceiverAndSaysWhenToRingItsDoorbell) {
+  Geometry G;
+  G.SlotBytes = 64;
+  G.Slots = 4;
+  G.BankSlots = 2;
+  std::vector<char> Ring(G.bytes(), 0);
+  alignas(64) char Flags[FlagsBytes] = {};
+  uint32_t AmSent = 5;
+  uint64_t Sent = 0;
+  Lane L(G, Ring.data(), Flags, &AmSent, &Sent);
+  EXPECT_FALSE(L.isOpen()) << "a lane opens closed";
+  // Until the receiver says it polls the ring, nothing is written.
+  EXPECT_EQ(L.write("h", "b"), Lane::Wrote::No);
+  EXPECT_EQ(L.writer().next(), 0u);
+  storeWord(Flags + ReadyOffset, 1);
+  // A header made in place: what the runtime's fast path writes.
+  EXPECT_EQ(L.write(2, "body",
+                    [](char *Out) {
+                      Out[0] = 'h';
+                      Out[1] = 'i';
+                      return size_t(2);
+                    }),
+            Lane::Wrote::Yes);
+  auto M = readSlot(llvm::StringRef(Ring.data(), G.SlotBytes));
+  ASSERT_TRUE(!!M) << llvm::toString(M.takeError());
+  EXPECT_EQ(M->Header, "hi");
+  EXPECT_EQ(M->Body, "body");
+  EXPECT_EQ(M->AmBefore, 5u);
+  EXPECT_EQ(Sent, 1u);
+  // Too big for a 64-byte slot: not written, the next slot stays free.
+  EXPECT_EQ(L.write("h", std::string(48, 'b')), Lane::Wrote::No);
+  // The receiver sleeps: the frame is written and its doorbell asked for.
+  storeWord(Flags + AsleepOffset, 1);
+  EXPECT_EQ(L.write("h", "2"), Lane::Wrote::Doorbell);
+  storeWord(Flags + AsleepOffset, 0);
+  EXPECT_EQ(L.write("h", "3"), Lane::Wrote::Yes);
+  EXPECT_EQ(L.write("h", "4"), Lane::Wrote::Yes);
+  EXPECT_EQ(L.write("h", "5"), Lane::Wrote::NoCredit) << "wrote over slot 0";
+  EXPECT_EQ(Sent, 4u);
+  // A bank back: two more.
+  storeWord(Flags + ReleasedOffset, 2);
+  EXPECT_EQ(L.write("h", "5"), Lane::Wrote::Yes);
+  EXPECT_EQ(L.write("h", "6"), Lane::Wrote::Yes);
+  EXPECT_EQ(L.write("h", "7"), Lane::Wrote::NoCredit);
+  // Opened and closed by the transport; closed for good when the ring goes.
+  L.setOpen(true);
+  EXPECT_TRUE(L.isOpen());
+  L.setOpen(false);
+  EXPECT_FALSE(L.isOpen());
+  L.close();
+  L.setOpen(true);
+  EXPECT_FALSE(L.isOpen()) << "a closed lane opened again";
 }
 
 TEST(Mailbox, GeometryRules) {

@@ -1431,6 +1431,29 @@ struct MailboxPair {
     Headers.push_back(H);
     Bodies.push_back(Body);
   }
+  /// Sends the next frame as the runtime's fast path does: written through
+  /// A's lane while it is open and takes it, else as send() above.
+  unsigned ByLane = 0, LaneClosed = 0;
+  void sendByLane(const std::string &Body) {
+    std::string H = "f" + std::to_string(Headers.size());
+    std::shared_ptr<mailbox::Lane> L = A->T->lane(C);
+    ASSERT_TRUE(L) << "A accepted B's ring, so it has a lane";
+    bool Written = false;
+    if (!L->isOpen()) {
+      ++LaneClosed;
+    } else {
+      mailbox::Lane::Wrote W = L->write(H, Body);
+      if (W == mailbox::Lane::Wrote::Doorbell)
+        A->T->laneDoorbell(C);
+      Written = W == mailbox::Lane::Wrote::Yes ||
+                W == mailbox::Lane::Wrote::Doorbell;
+    }
+    ByLane += Written;
+    if (!Written && !A->T->trySendNow(C, H, Body))
+      A->send(C, H, Body);
+    Headers.push_back(H);
+    Bodies.push_back(Body);
+  }
   /// Everything sent arrived at B, in order.
   void expectAllInOrder() {
     ASSERT_TRUE(pump({A.get(), B.get()},
@@ -1446,7 +1469,8 @@ struct MailboxPair {
 };
 
 TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
-  // Small frames through trySendNow() go by mailbox; frames too big for a
+  // Small frames through the lane (the runtime's fast path) or trySendNow()
+  // go by mailbox; frames too big for a
   // slot, frames sent with send() (a completion to report), and frames
   // when the ring has no credit go as AMs. B delivers all of them in the
   // order A sent them.
@@ -1458,6 +1482,8 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
     for (int I = 0; I < 300; ++I) {
       switch (Rng() % 6) {
       case 0:
+        P.sendByLane(pattern(Rng() % 40, I));
+        break;
       case 1:
       case 2:
         P.send(pattern(Rng() % 40, I), true);
@@ -1483,6 +1509,10 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
   EXPECT_GT(SA.MailboxSent, 100u);
   EXPECT_GT(SA.MailboxNoCredit, 0u) << "the ring never ran full";
+  // The lane wrote frames, and was closed while frames waited for credit
+  // (had it stayed open, its frames would have overtaken them).
+  EXPECT_GT(P.ByLane, 20u);
+  EXPECT_GT(P.LaneClosed, 0u);
   EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
   EXPECT_EQ(SB.DroppedFrames, 0u);
 }
@@ -1527,6 +1557,50 @@ TEST(UcxMailbox, NoRingOverTcp) {
                    [&] { return B->E.Frames.size() == Sent; }));
   EXPECT_EQ(A->T->stats().MailboxSent, 0u);
   EXPECT_EQ(B->T->stats().MailboxReceived, 0u);
+  EXPECT_FALSE(A->T->lane(*C)) << "a lane without a ring";
+}
+
+TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
+  // A fills B's ring; the frame after waits in A for credit. B then takes
+  // every frame (credit is back) before A progresses: a frame through the
+  // lane now would overtake the waiting one, so the lane must be closed
+  // until A has written it.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  uint64_t Full0 = P.A->T->stats().MailboxNoCredit;
+  for (int I = 0; I < 1000 && P.A->T->stats().MailboxNoCredit == Full0; ++I)
+    P.send(pattern(8, I), true);
+  ASSERT_GT(P.A->T->stats().MailboxNoCredit, Full0) << "the ring never ran full";
+  for (int K = 0; K < 20; ++K)
+    P.B->progress();
+  std::shared_ptr<mailbox::Lane> L = P.A->T->lane(P.C);
+  ASSERT_TRUE(L);
+  EXPECT_FALSE(L->isOpen());
+  P.sendByLane("after");
+  EXPECT_EQ(P.ByLane, 0u);
+  P.expectAllInOrder();
+  // Once the waiting frames are written, the lane opens again.
+  EXPECT_TRUE(L->isOpen());
+  P.sendByLane("later");
+  EXPECT_EQ(P.ByLane, 1u);
+  P.expectAllInOrder();
+}
+
+TEST(UcxMailbox, ALaneClosesForGoodWithItsConnection) {
+  // The runtime keeps its lane past the connection: once A closes it, the
+  // lane reads closed, and nothing can be written into the gone ring.
+  MailboxPair P;
+  P.setUp();
+  std::shared_ptr<mailbox::Lane> L = P.A->T->lane(P.C);
+  ASSERT_TRUE(L);
+  EXPECT_TRUE(L->isOpen());
+  P.sendByLane("x");
+  EXPECT_EQ(P.ByLane, 1u);
+  P.expectAllInOrder();
+  P.A->T->disconnect(P.C);
+  EXPECT_FALSE(L->isOpen());
+  EXPECT_FALSE(P.A->T->lane(P.C));
 }
 
 TEST(UcxMailbox, ASleepingReceiverIsWokenByADoorbell) {
@@ -1559,7 +1633,8 @@ TEST(UcxMailbox, ASleepingReceiverIsWokenByADoorbell) {
       std::unique_lock<std::mutex> L(M);
       CV.wait_for(L, milliseconds(5), [&] { return Woke; });
     }
-    P.send(pattern(3, Cycle), true);
+    // Through the lane: the writer rings the doorbell (laneDoorbell()).
+    P.sendByLane(pattern(3, Cycle));
     {
       std::unique_lock<std::mutex> L(M);
       ASSERT_TRUE(CV.wait_for(L, std::chrono::seconds(10), [&] { return Woke; }))
