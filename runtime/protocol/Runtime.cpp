@@ -511,23 +511,11 @@ void Runtime::sendSmall(ConnId C, Conn &S, const SmallInvoke &I,
 void Runtime::send(ConnId C, const Message &M) {
   Conn &S = conn(C);
   if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
-                  !Opts.AlwaysShipCode)) {
-    // The mailbox lane first, with nothing else live here, then the rest
-    // out of line.
-    if (LLVM_LIKELY(laneSend(
-            C, S, SmallInvoke{FrameType::Invoke, S.NextSeq, S.LastSentId},
-            *M.Payload))) {
-      ++S.NextSeq;
-      return;
-    }
-    return sendCached(C, S, M);
-  }
+                  !Opts.AlwaysShipCode))
+    return sendSmall(
+        C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+        *M.Payload, unique_function<void(Error)>(), &M.Payload);
   send(C, M, unique_function<void(Error)>());
-}
-
-void Runtime::sendCached(ConnId C, Conn &S, const Message &M) {
-  sendSmall(C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-            *M.Payload, unique_function<void(Error)>(), &M.Payload);
 }
 
 void Runtime::send(ConnId C, const Message &M,

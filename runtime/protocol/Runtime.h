@@ -463,9 +463,6 @@ private:
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool laneSend(ConnId C, Conn &S,
                                              const SmallInvoke &I,
                                              llvm::StringRef Payload);
-  /// send() of a cached message not taken by the lane.
-  LLVM_ATTRIBUTE_NOINLINE void sendCached(ConnId C, Conn &S,
-                                          const Message &M);
   /// Sends an Invoke without code or a LocalInvoke: compact when the peer
   /// reads compact frames, else with the full 24-byte header.
   /// A payload \p Owner keeps (a message's) is passed by reference where
