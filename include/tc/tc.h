@@ -271,6 +271,8 @@ typedef struct tc_worker_stats {
     uint64_t mailbox_received; /**< Messages taken from this worker's. */
     double   prewarm_ms;     /**< Time tc_worker_create() spent prewarming
                                   (TC_CONTEXT_PARAM_FIELD_PREWARM); 0: none. */
+    uint64_t mailbox_direct; /**< Of mailbox_sent, those the send fast path
+                                  wrote itself (the transport's lane). */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);

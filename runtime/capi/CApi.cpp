@@ -514,6 +514,7 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   S.mailbox_sent = T.MailboxSent;
   S.mailbox_received = T.MailboxReceived;
   S.prewarm_ms = W->RT->jit().prewarmMillis().value_or(0);
+  S.mailbox_direct = C.LaneFrames;
   *Out = S;
   return TC_OK;
 }

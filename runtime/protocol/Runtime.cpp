@@ -460,16 +460,24 @@ static LLVM_ATTRIBUTE_ALWAYS_INLINE size_t encodeInvokeHeader(
   return FrameHeaderSize;
 }
 
-bool Runtime::laneSend(ConnId C, Conn &S, const SmallInvoke &I,
-                       StringRef Payload) {
-  if (!S.Compact)
-    return false;
-  if (LLVM_UNLIKELY(S.LaneGen != T->laneGeneration())) {
-    S.LaneGen = T->laneGeneration();
+void Runtime::lookUpConn(ConnId C) {
+  auto [It, New] = Conns.try_emplace(C);
+  if (New)
+    It->second.Lane = T->lane(C);
+  LastConn = &It->second;
+  LastConnId = C;
+}
+
+void Runtime::adoptLanes() {
+  LaneGen = T->laneGeneration();
+  for (auto &[C, S] : Conns)
     if (!S.Lane)
       S.Lane = T->lane(C);
-  }
-  if (!S.Lane || !S.Lane->isOpen())
+}
+
+bool Runtime::laneSend(ConnId C, Conn &S, const SmallInvoke &I,
+                       StringRef Payload) {
+  if (!S.Lane || !S.Compact || !S.Lane->isOpen())
     return false;
   size_t Size = compactInvokeSize(I, Payload.size());
   mailbox::Lane::Wrote W = S.Lane->write(Size, Payload, [&](char *Out) {
@@ -481,6 +489,7 @@ bool Runtime::laneSend(ConnId C, Conn &S, const SmallInvoke &I,
     T->laneDoorbell(C);
   }
   ++Counters.FramesSent;
+  ++Counters.LaneFrames;
   Counters.BytesSent += Size + Payload.size();
   return true;
 }

@@ -99,6 +99,9 @@ struct RuntimeCounters {
   uint64_t ErrorsReceived = 0;           ///< Error frames a sender got.
   uint64_t FramesSent = 0;               ///< Frames of any type sent.
   uint64_t BytesSent = 0;                ///< Their header + body bytes.
+  /// Of FramesSent, those written through a mailbox lane (Transport::lane())
+  /// without a call into the transport.
+  uint64_t LaneFrames = 0;
   uint64_t SandboxTraps = 0; ///< Sandboxed invocations ended by a trap.
 };
 
@@ -285,6 +288,9 @@ public:
   /// 1 ms passes, so the compile has the CPU.
   bool progress() {
     bool Did = T->progress();
+    // Lanes come with a peer's welcome, which a progress() call takes.
+    if (LLVM_UNLIKELY(LaneGen != T->laneGeneration()))
+      adoptLanes();
     if (LLVM_UNLIKELY(CompilesInFlight != 0))
       Did = finishCompiles(Did);
     return Did;
@@ -387,10 +393,8 @@ private:
     /// The peer reads compact frames (it said wire version 2 or later).
     bool Compact = false;
     /// The transport's mailbox lane into the peer (Transport::lane()),
-    /// asked for again when the transport's lane generation is no longer
-    /// LaneGen.
+    /// or null (adoptLanes()).
     std::shared_ptr<mailbox::Lane> Lane;
-    uint64_t LaneGen = 0;
     // As a sender.
     std::map<ArchiveHash, uint32_t> SentCode; ///< identity -> code id
     std::map<uint32_t, std::shared_ptr<const Ifunc>> ById;
@@ -425,12 +429,13 @@ private:
   /// looked up is remembered: a burst of frames on one connection costs one
   /// hash lookup.
   Conn &conn(ConnId C) {
-    if (C != LastConnId || !LastConn) {
-      LastConn = &Conns[C];
-      LastConnId = C;
-    }
+    if (C != LastConnId || !LastConn)
+      lookUpConn(C);
     return *LastConn;
   }
+  /// conn()'s lookup; a new connection's state starts with the lane the
+  /// transport has for it, if any (later ones come by adoptLanes()).
+  LLVM_ATTRIBUTE_NOINLINE void lookUpConn(ConnId C);
   void sendFrame(ConnId C, const Frame &F, llvm::StringRef Body,
                  llvm::unique_function<void(llvm::Error)> &&Done);
   llvm::Expected<ConnId> started(llvm::Expected<ConnId> C, bool Hold);
@@ -457,6 +462,11 @@ private:
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool runSmall(ConnId C, Conn &S,
                                              const SmallInvoke &I,
                                              llvm::StringRef Payload);
+  /// Takes the lanes the transport has for connections that have none
+  /// (Transport::lane()); progress() calls it when laneGeneration() moved.
+  LLVM_ATTRIBUTE_NOINLINE void adoptLanes();
+  /// The transport's laneGeneration() when adoptLanes() last ran.
+  uint64_t LaneGen = 0;
   /// Writes the compact frame of \p I straight into \p S's mailbox lane
   /// (Transport::lane()), without a completion; false, having sent
   /// nothing, where there is no open lane or it does not take the frame.
