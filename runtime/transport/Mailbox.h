@@ -29,6 +29,7 @@
 #include "llvm/Support/Error.h"
 
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -288,6 +289,7 @@ public:
   LLVM_ATTRIBUTE_ALWAYS_INLINE Wrote write(size_t HeaderMax,
                                            llvm::StringRef Body,
                                            EncodeFn EncodeHeader) {
+    assert(Ring && "a write through a lane closed for good");
     if (LLVM_UNLIKELY(!W.fits(HeaderMax + Body.size())))
       return Wrote::No;
     // Until the receiver says it polls the ring, frames go as AMs.
@@ -307,6 +309,7 @@ public:
     char *Slot = Ring + W.slotOffset(N);
     char *Content = Slot + ContentOffset;
     size_t H = EncodeHeader(Content + 8);
+    assert(H <= HeaderMax && "the header outgrew what fits() was told");
     copyBytes(Content + 8 + H, Body.data(), Body.size());
     encodeSlotSizes(Content, *AmSent, H, H + Body.size());
     storeWord(Slot + SignalOffset, signalOf(N));
