@@ -412,7 +412,8 @@ private:
   /// Sends \p Header + \p Body as one InlineAmId message that UCX
   /// completes at once; false (nothing sent) when UCX cannot right now or
   /// the frame is too big for it.
-  bool sendInline(Conn &Co, StringRef Header, StringRef Body);
+  LLVM_ATTRIBUTE_ALWAYS_INLINE bool sendInline(Conn &Co, StringRef Header,
+                                               StringRef Body);
   /// The body of a frame going into the backlog, kept in \p O: by
   /// reference when sendShared() is sending it, else copied. (post() only
   /// borrows a shared body: see there.)
