@@ -1454,6 +1454,17 @@ struct MailboxPair {
     Headers.push_back(H);
     Bodies.push_back(Body);
   }
+  /// A's lane reads \p Open; a frame sent as the runtime sends it is taken
+  /// by the lane exactly when it is open, and arrives in order.
+  void sendThroughLane(bool Open, const std::string &Body) {
+    std::shared_ptr<mailbox::Lane> L = A->T->lane(C);
+    ASSERT_TRUE(L);
+    EXPECT_EQ(L->isOpen(), Open);
+    unsigned Before = ByLane;
+    sendByLane(Body);
+    EXPECT_EQ(ByLane, Before + Open);
+    expectAllInOrder();
+  }
   /// Everything sent arrived at B, in order.
   void expectAllInOrder() {
     ASSERT_TRUE(pump({A.get(), B.get()},
@@ -1574,17 +1585,9 @@ TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
   ASSERT_GT(P.A->T->stats().MailboxNoCredit, Full0) << "the ring never ran full";
   for (int K = 0; K < 20; ++K)
     P.B->progress();
-  std::shared_ptr<mailbox::Lane> L = P.A->T->lane(P.C);
-  ASSERT_TRUE(L);
-  EXPECT_FALSE(L->isOpen());
-  P.sendByLane("after");
-  EXPECT_EQ(P.ByLane, 0u);
-  P.expectAllInOrder();
+  P.sendThroughLane(/*Open=*/false, "after");
   // Once the waiting frames are written, the lane opens again.
-  EXPECT_TRUE(L->isOpen());
-  P.sendByLane("later");
-  EXPECT_EQ(P.ByLane, 1u);
-  P.expectAllInOrder();
+  P.sendThroughLane(/*Open=*/true, "later");
 }
 
 TEST(UcxMailbox, ALaneClosesForGoodWithItsConnection) {
@@ -1593,11 +1596,7 @@ TEST(UcxMailbox, ALaneClosesForGoodWithItsConnection) {
   MailboxPair P;
   P.setUp();
   std::shared_ptr<mailbox::Lane> L = P.A->T->lane(P.C);
-  ASSERT_TRUE(L);
-  EXPECT_TRUE(L->isOpen());
-  P.sendByLane("x");
-  EXPECT_EQ(P.ByLane, 1u);
-  P.expectAllInOrder();
+  P.sendThroughLane(/*Open=*/true, "x");
   P.A->T->disconnect(P.C);
   EXPECT_FALSE(L->isOpen());
   EXPECT_FALSE(P.A->T->lane(P.C));
