@@ -187,10 +187,11 @@ public:
   uint64_t next() const { return Written; }
   /// Whether a frame of \p Bytes (header + body) fits a slot.
   bool fits(size_t Bytes) const { return Bytes <= G.maxFrame(); }
-  /// Whether the next message may be written, given the receiver's
-  /// Released count: its slot's previous occupant has been released.
-  bool hasCredit(uint64_t Released) const {
-    return Written < Released + G.Slots;
+  /// How many messages may be written from next() on, given the
+  /// receiver's Released count: slots whose previous occupants it has
+  /// released.
+  uint64_t credit(uint64_t Released) const {
+    return Released + G.Slots - Written;
   }
   /// The byte offset of message \p N's slot in the ring.
   uint64_t slotOffset(uint64_t N) const {
@@ -300,8 +301,7 @@ public:
     // read last is used up: that cache line moves between the processes
     // once per bank, not once per frame.
     if (LLVM_UNLIKELY(!Credit)) {
-      Credit = loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE) +
-               W.shape().Slots - W.next();
+      Credit = W.credit(loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE));
       if (!Credit)
         return Wrote::NoCredit;
     }

@@ -84,9 +84,6 @@ private:
   char *Mapped = nullptr;
 };
 
-using mailbox::loadWord;
-using mailbox::storeWord;
-
 /// The ring this process offers a peer, which the peer writes frames into.
 struct InRing {
   Region Ring;
@@ -114,7 +111,8 @@ struct InRing {
   /// Whether the next message's slot is signalled.
   bool hasNext() const {
     return Read.isNext(
-        loadWord(nextSlot() + mailbox::SignalOffset, __ATOMIC_ACQUIRE));
+        mailbox::loadWord(nextSlot() + mailbox::SignalOffset,
+                          __ATOMIC_ACQUIRE));
   }
 };
 

@@ -383,8 +383,6 @@ private:
     };
     std::deque<Waiting> Pending;
   };
-  /// How a frame fared in writeSlot().
-  enum class SlotWrite { Written, NoCredit, Unusable };
 
   UcxTransport() = default;
   /// The connection \p C, or null. Remembers the last one found: frames
@@ -509,10 +507,10 @@ private:
   void welcome(ConnId C, Conn &Co);
   // Mailboxes.
   /// Writes a frame into the ring the peer of \p Co offered (which
-  /// exists): Unusable when it does not fit a slot or the receiver has not
-  /// said yet that it polls the ring (SenderFlags::Ready), NoCredit when
-  /// the receiver has not released the slot yet.
-  SlotWrite writeSlot(Conn &Co, ConnId C, StringRef Header, StringRef Body);
+  /// exists) through its lane, ringing the doorbell when the lane says to:
+  /// Yes, NoCredit, or No (see mailbox::Lane::Wrote; never Doorbell).
+  mailbox::Lane::Wrote writeSlot(Conn &Co, ConnId C, StringRef Header,
+                                 StringRef Body);
   /// Opens \p Co's lane to the runtime while a frame may go straight into
   /// the ring (its endpoint is up, nothing waits in Pending), else closes
   /// it. Called wherever either changes.
@@ -1137,9 +1135,10 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
       return true;
     }
     switch (writeSlot(*Co, C, Header, Body)) {
-    case SlotWrite::Written:
+    case mailbox::Lane::Wrote::Yes:
+    case mailbox::Lane::Wrote::Doorbell: // Rung by writeSlot().
       return true;
-    case SlotWrite::NoCredit:
+    case mailbox::Lane::Wrote::NoCredit:
       // The sender waits for the receiver, in order, rather than sending
       // AMs it would have to deliver more slowly behind the ring.
       Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
@@ -1147,7 +1146,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
       PendingConns.push_back(C);
       Chores = true;
       return true;
-    case SlotWrite::Unusable:
+    case mailbox::Lane::Wrote::No:
       break;
     }
   }
@@ -2047,24 +2046,19 @@ void UcxTransport::signal() {
 // Mailboxes (docs/transport.md, "Mailboxes")
 //===----------------------------------------------------------------------===//
 
-UcxTransport::SlotWrite UcxTransport::writeSlot(Conn &Co, ConnId C,
-                                                StringRef Header,
-                                                StringRef Body) {
+mailbox::Lane::Wrote UcxTransport::writeSlot(Conn &Co, ConnId C,
+                                             StringRef Header,
+                                             StringRef Body) {
   // The lane writes the slot and its signal (Mailbox.h); the doorbell, an
   // active message, is ours.
-  switch (Co.Out->Lane->write(Header, Body)) {
-  case mailbox::Lane::Wrote::Yes:
-    return SlotWrite::Written;
-  case mailbox::Lane::Wrote::Doorbell:
+  mailbox::Lane::Wrote R = Co.Out->Lane->write(Header, Body);
+  if (R == mailbox::Lane::Wrote::Doorbell) {
     ringDoorbell(Co, C);
-    return SlotWrite::Written;
-  case mailbox::Lane::Wrote::NoCredit:
+    R = mailbox::Lane::Wrote::Yes;
+  } else if (R == mailbox::Lane::Wrote::NoCredit) {
     ++Stats.MailboxNoCredit;
-    return SlotWrite::NoCredit;
-  case mailbox::Lane::Wrote::No:
-    break;
   }
-  return SlotWrite::Unusable;
+  return R;
 }
 
 void UcxTransport::gateLane(Conn &Co) {
@@ -2088,11 +2082,11 @@ void UcxTransport::flushPending(ConnId C, Conn &Co, bool All) {
   while (!Co.Pending.empty()) {
     Conn::Waiting &W = Co.Pending.front();
     if (W.Mailbox) {
-      SlotWrite R = Co.Out ? writeSlot(Co, C, W.Header, W.Body)
-                           : SlotWrite::Unusable;
-      if (R == SlotWrite::NoCredit && !All)
+      mailbox::Lane::Wrote R = Co.Out ? writeSlot(Co, C, W.Header, W.Body)
+                                      : mailbox::Lane::Wrote::No;
+      if (R == mailbox::Lane::Wrote::NoCredit && !All)
         return;
-      if (R != SlotWrite::Written) // In its place, as an AM.
+      if (R != mailbox::Lane::Wrote::Yes) // In its place, as an AM.
         sendFrameNow(C, &Co, W.Header, W.Body, nullptr, /*Room=*/false);
     } else {
       sendFrameNow(C, &Co, W.Header, W.Body, std::move(W.Done),
@@ -2138,7 +2132,8 @@ bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
     for (unsigned Taken = 0; Taken < MaxFrames; ++Taken) {
       const char *Slot = In->nextSlot();
       if (!In->Read.isNext(
-              ucx::loadWord(Slot + mailbox::SignalOffset, __ATOMIC_ACQUIRE)))
+              mailbox::loadWord(Slot + mailbox::SignalOffset,
+                                __ATOMIC_ACQUIRE)))
         break;
       mailbox::SlotMessage M;
       if (LLVM_UNLIKELY(!mailbox::parseSlot(StringRef(Slot, SlotBytes), M))) {
@@ -2236,7 +2231,8 @@ void UcxTransport::releaseSlots(Conn &Co) {
   uint64_t Released = In.Read.release();
   if (!Released || !Co.Ep)
     return;
-  ucx::storeWord(In.SenderFlags.mapped() + mailbox::ReleasedOffset, Released);
+  mailbox::storeWord(In.SenderFlags.mapped() + mailbox::ReleasedOffset,
+                     Released);
 }
 
 void UcxTransport::announceSleep(bool Asleep) {
@@ -2245,7 +2241,8 @@ void UcxTransport::announceSleep(bool Asleep) {
       continue;
     ucx::InRing &In = *Ring;
     In.Asleep = Asleep;
-    ucx::storeWord(In.SenderFlags.mapped() + mailbox::AsleepOffset, Asleep);
+    mailbox::storeWord(In.SenderFlags.mapped() + mailbox::AsleepOffset,
+                       Asleep);
   }
   // See writeSlot(): our flag stores before our ring loads.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -2303,7 +2300,7 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   Co->In->SenderFlags = std::move(*Key);
   Co->In->Accepted = true;
   T->Rings.push_back({C, Co, Co->In.get()});
-  ucx::storeWord(Co->In->SenderFlags.mapped() + mailbox::ReadyOffset, 1);
+  mailbox::storeWord(Co->In->SenderFlags.mapped() + mailbox::ReadyOffset, 1);
   return UCS_OK;
 }
 
