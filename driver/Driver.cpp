@@ -273,6 +273,7 @@ Error Pipeline::run() {
   IfuncOptions IO;
   IO.Name = O.Name;
   IO.KeepDebugInfo = O.KeepDebugInfo;
+  IO.KeepUnwindTables = O.KeepUnwindTables;
   Expected<std::vector<CompileTarget>> Targets = resolveTargets();
   if (!Targets)
     return Targets.takeError();

@@ -45,6 +45,8 @@ struct DriverOptions {
   std::vector<std::string> ClangArgs; ///< -I, -D, -O2, -W..., forwarded.
   std::vector<std::string> Deps;      ///< From --deps and -l.
   bool KeepDebugInfo = false;         ///< -g
+  /// -f[asynchronous-]unwind-tables last (IfuncOptions::KeepUnwindTables).
+  bool KeepUnwindTables = false;
   bool EmitObjects = false;           ///< --emit-objects
   bool AllSources = false;            ///< --all-sources
   /// How members are stored; unset (--compress=auto, the default): per

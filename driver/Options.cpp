@@ -242,6 +242,11 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
         O.KeepDebugInfo = A != "-g0";
       if (A.starts_with("-O"))
         HaveOpt = true;
+      // The last of these decides, as in clang; clang gets them too.
+      if (A == "-fasynchronous-unwind-tables" || A == "-funwind-tables")
+        O.KeepUnwindTables = true;
+      if (A == "-fno-asynchronous-unwind-tables" || A == "-fno-unwind-tables")
+        O.KeepUnwindTables = false;
       // Everything else is clang's to accept or reject.
       O.ClangArgs.push_back(A.str());
     } else {

@@ -234,6 +234,32 @@ void dropHostOnlyMetadata(Module &M, const Function &Entry) {
       F.removeFnAttr("stack-protector-buffer-size");
 }
 
+/// Removes the module flags named \p Names.
+void dropModuleFlags(Module &M, std::initializer_list<StringRef> Names) {
+  NamedMDNode *Flags = M.getModuleFlagsMetadata();
+  if (!Flags)
+    return;
+  SmallVector<Module::ModuleFlagEntry, 8> Keep;
+  M.getModuleFlagsMetadata(Keep);
+  Flags->eraseFromParent();
+  for (const Module::ModuleFlagEntry &E : Keep)
+    if (!llvm::is_contained(Names, E.Key->getString()))
+      M.addModuleFlag(E.Behavior, E.Key->getString(), E.Val);
+}
+
+/// No asynchronous unwind tables for functions that cannot throw (every C
+/// ifunc): nothing unwinds through ifunc code (a fault is reported, a
+/// sandbox trap longjmps past it), and a target that links .eh_frame maps,
+/// protects and registers it at every load, a fifth of a warm first
+/// contact (docs/tc-cc.md, "Unwind tables"). A function that may throw
+/// keeps the tables exceptions need whatever its attributes say.
+void dropUnwindTables(Module &M) {
+  for (Function &F : M)
+    if (F.doesNotThrow())
+      F.removeFnAttr(Attribute::UWTable);
+  dropModuleFlags(M, {"uwtable"});
+}
+
 /// Rejects what survived stripping and cannot run where the code goes.
 void rejectUnshippable(Module &M, const StringSet<> &WasCommon,
                        const StringSet<> &AliasToExternal, Diagnostics &D) {
@@ -317,17 +343,11 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
   if (!Opts.KeepDebugInfo) {
     StripDebugInfo(M);
     // Debug-only module flags outlive StripDebugInfo.
-    if (NamedMDNode *Flags = M.getModuleFlagsMetadata()) {
-      SmallVector<Module::ModuleFlagEntry, 8> Keep;
-      M.getModuleFlagsMetadata(Keep);
-      Flags->eraseFromParent();
-      for (const Module::ModuleFlagEntry &E : Keep)
-        if (E.Key->getString() != "Dwarf Version" &&
-            E.Key->getString() != "Debug Info Version" &&
-            E.Key->getString() != "debug-info-assignment-tracking")
-          M.addModuleFlag(E.Behavior, E.Key->getString(), E.Val);
-    }
+    dropModuleFlags(M, {"Dwarf Version", "Debug Info Version",
+                        "debug-info-assignment-tracking"});
   }
+  if (!Opts.KeepUnwindTables)
+    dropUnwindTables(M);
   dropHostOnlyMetadata(M, *M.getFunction(Keep.front()));
   if (Error E = D.take())
     return E;

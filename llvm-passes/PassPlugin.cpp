@@ -48,7 +48,7 @@ PreservedAnalyses IfuncSandboxPass::run(Module &M, ModuleAnalysisManager &) {
   return PreservedAnalyses::none();
 }
 
-/// Parses `name=NAME;g` pass parameters.
+/// Parses `name=NAME;g;uwtable` pass parameters.
 static Expected<IfuncOptions> parseOptions(StringRef Params, StringRef Pass) {
   IfuncOptions O;
   SmallVector<StringRef, 2> Parts;
@@ -58,9 +58,11 @@ static Expected<IfuncOptions> parseOptions(StringRef Params, StringRef Pass) {
       O.Name = P.str();
     else if (P == "g")
       O.KeepDebugInfo = true;
+    else if (P == "uwtable")
+      O.KeepUnwindTables = true;
     else
       return createStringError("%s: unknown parameter '%s' (expected "
-                               "name=NAME or g)",
+                               "name=NAME, g or uwtable)",
                                Pass.str().c_str(), P.str().c_str());
   }
   if (O.Name.empty())

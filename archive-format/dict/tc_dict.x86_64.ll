@@ -9,7 +9,7 @@ source_filename = "tc_dict.c"
 target datalayout = "e-m:e-p270:32:32-p271:32:32-p272:64:64-i64:64-i128:128-f80:128-n8:16:32:64-S128"
 target triple = "x86_64-unknown-linux-gnu"
 
-; Function Attrs: nofree norecurse nosync nounwind memory(argmem: readwrite) uwtable
+; Function Attrs: nofree norecurse nosync nounwind memory(argmem: readwrite)
 define dso_local void @tc_dict_main(ptr noundef readonly captures(none) %0, i64 noundef %1, ptr noundef captures(none) %2) local_unnamed_addr #0 {
   %4 = icmp eq i64 %1, 0
   br i1 %4, label %28, label %5
@@ -40,19 +40,19 @@ define dso_local void @tc_dict_main(ptr noundef readonly captures(none) %0, i64 
   %19 = phi i64 [ %26, %16 ], [ 0, %12 ]
   %20 = mul i64 %18, 31
   %21 = getelementptr inbounds nuw i8, ptr %0, i64 %17
-  %22 = load i8, ptr %21, align 1, !tbaa !4
+  %22 = load i8, ptr %21, align 1, !tbaa !3
   %23 = zext i8 %22 to i64
   %24 = add i64 %20, %23
   %25 = add nuw i64 %17, 1
   %26 = add i64 %19, 1
   %27 = icmp eq i64 %26, %6
-  br i1 %27, label %28, label %16, !llvm.loop !7
+  br i1 %27, label %28, label %16, !llvm.loop !6
 
 28:                                               ; preds = %10, %16, %3
   %29 = phi i64 [ 0, %3 ], [ %58, %10 ], [ %24, %16 ]
-  %30 = load i64, ptr %2, align 8, !tbaa !9
+  %30 = load i64, ptr %2, align 8, !tbaa !8
   %31 = add i64 %30, %29
-  store i64 %31, ptr %2, align 8, !tbaa !9
+  store i64 %31, ptr %2, align 8, !tbaa !8
   ret void
 
 32:                                               ; preds = %32, %8
@@ -61,51 +61,50 @@ define dso_local void @tc_dict_main(ptr noundef readonly captures(none) %0, i64 
   %35 = phi i64 [ 0, %8 ], [ %60, %32 ]
   %36 = mul i64 %34, 31
   %37 = getelementptr inbounds nuw i8, ptr %0, i64 %33
-  %38 = load i8, ptr %37, align 1, !tbaa !4
+  %38 = load i8, ptr %37, align 1, !tbaa !3
   %39 = zext i8 %38 to i64
   %40 = add i64 %36, %39
   %41 = mul i64 %40, 31
   %42 = getelementptr inbounds nuw i8, ptr %0, i64 %33
   %43 = getelementptr inbounds nuw i8, ptr %42, i64 1
-  %44 = load i8, ptr %43, align 1, !tbaa !4
+  %44 = load i8, ptr %43, align 1, !tbaa !3
   %45 = zext i8 %44 to i64
   %46 = add i64 %41, %45
   %47 = mul i64 %46, 31
   %48 = getelementptr inbounds nuw i8, ptr %0, i64 %33
   %49 = getelementptr inbounds nuw i8, ptr %48, i64 2
-  %50 = load i8, ptr %49, align 1, !tbaa !4
+  %50 = load i8, ptr %49, align 1, !tbaa !3
   %51 = zext i8 %50 to i64
   %52 = add i64 %47, %51
   %53 = mul i64 %52, 31
   %54 = getelementptr inbounds nuw i8, ptr %0, i64 %33
   %55 = getelementptr inbounds nuw i8, ptr %54, i64 3
-  %56 = load i8, ptr %55, align 1, !tbaa !4
+  %56 = load i8, ptr %55, align 1, !tbaa !3
   %57 = zext i8 %56 to i64
   %58 = add i64 %53, %57
   %59 = add nuw i64 %33, 4
   %60 = add i64 %35, 4
   %61 = icmp eq i64 %60, %9
-  br i1 %61, label %10, label %32, !llvm.loop !11
+  br i1 %61, label %10, label %32, !llvm.loop !10
 }
 
 ; Function Attrs: nocallback nofree nosync nounwind willreturn memory(inaccessiblemem: write)
 declare void @llvm.assume(i1 noundef) #1
 
-attributes #0 = { nofree norecurse nosync nounwind memory(argmem: readwrite) uwtable "min-legal-vector-width"="0" "no-trapping-math"="true" }
+attributes #0 = { nofree norecurse nosync nounwind memory(argmem: readwrite) "min-legal-vector-width"="0" "no-trapping-math"="true" }
 attributes #1 = { nocallback nofree nosync nounwind willreturn memory(inaccessiblemem: write) }
 
-!llvm.module.flags = !{!0, !1, !2, !3}
+!llvm.module.flags = !{!0, !1, !2}
 
 !0 = !{i32 1, !"wchar_size", i32 4}
 !1 = !{i32 8, !"PIC Level", i32 2}
 !2 = !{i32 7, !"PIE Level", i32 2}
-!3 = !{i32 7, !"uwtable", i32 2}
-!4 = !{!5, !5, i64 0}
-!5 = !{!"omnipotent char", !6, i64 0}
-!6 = !{!"Simple C/C++ TBAA"}
-!7 = distinct !{!7, !8}
-!8 = !{!"llvm.loop.unroll.disable"}
-!9 = !{!10, !10, i64 0}
-!10 = !{!"long", !5, i64 0}
-!11 = distinct !{!11, !12}
-!12 = !{!"llvm.loop.mustprogress"}
+!3 = !{!4, !4, i64 0}
+!4 = !{!"omnipotent char", !5, i64 0}
+!5 = !{!"Simple C/C++ TBAA"}
+!6 = distinct !{!6, !7}
+!7 = !{!"llvm.loop.unroll.disable"}
+!8 = !{!9, !9, i64 0}
+!9 = !{!"long", !4, i64 0}
+!10 = distinct !{!10, !11}
+!11 = !{!"llvm.loop.mustprogress"}

@@ -28,6 +28,10 @@ namespace tc {
 struct IfuncOptions {
   std::string Name;          ///< The ifunc name (NAME in NAME_main).
   bool KeepDebugInfo = false; ///< -g: keep debug info in shipped members.
+  /// -fasynchronous-unwind-tables: keep the `uwtable` attribute (and its
+  /// module flag) on functions that cannot throw. Without it they get no
+  /// unwind tables (functions that may throw keep what exceptions need).
+  bool KeepUnwindTables = false;
 };
 
 /// Checks that NAME_main, NAME_payload_bound and NAME_payload_init exist, are
@@ -38,7 +42,9 @@ llvm::Error checkIfuncABI(llvm::Module &M, const IfuncOptions &Opts);
 
 /// Turns \p M into the target member: keeps NAME_main and what it reaches,
 /// internalizes and strips the rest (source-side functions included), drops
-/// llvm.used/llvm.compiler.used and, unless KeepDebugInfo, debug info.
+/// llvm.used/llvm.compiler.used, unless KeepDebugInfo debug info, and
+/// unless KeepUnwindTables the asynchronous unwind tables of functions that
+/// cannot throw.
 /// Constructs that cannot run on a target are rejected with an error naming
 /// the symbol and the reason.
 llvm::Error prepareTargetModule(llvm::Module &M, const IfuncOptions &Opts);
