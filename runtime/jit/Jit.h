@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <optional>
 #include <set>
 #include <string>
@@ -78,6 +79,22 @@ enum class LoadMode : uint8_t {
 using IfuncBoundFn = size_t (*)(void *SourceArgs, size_t SourceArgsSize);
 using IfuncInitFn = int (*)(void *SourceArgs, size_t SourceArgsSize,
                             void *Payload, size_t *PayloadSize);
+
+/// Calls JIT-compiled code (or a registered local function) through its
+/// pointer: every call into a LoadedIfunc goes through here. Not
+/// instrumented by -fsanitize=function (part of the sanitizer build's
+/// -fsanitize=undefined): that check reads the 8 bytes before the callee
+/// for a prologue only code compiled with it has, and JIT-compiled code
+/// neither has one nor need have anything mapped before it (a module with
+/// no read-only data starts its allocation with its first function).
+template <typename Ret, typename... Params, typename... Args>
+#if defined(__clang__)
+__attribute__((no_sanitize("function")))
+#endif
+inline Ret
+callJitted(Ret (*Fn)(Params...), Args &&...A) {
+  return Fn(std::forward<Args>(A)...);
+}
 
 /// One loaded code identity.
 struct LoadedIfunc {

@@ -204,7 +204,7 @@ bool runSandboxed(IfuncMainFn Main, void *Payload, size_t Size, void *Args,
   TcSandboxState *Outer = ActiveState.exchange(&T.S);
   bool Ok = true;
   if (sigsetjmp(F.Jmp, 0) == 0) {
-    Main(Payload, Size, Args);
+    callJitted(Main, Payload, Size, Args);
   } else {
     Ok = false;
     Trap = T.Last;

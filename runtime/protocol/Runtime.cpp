@@ -412,12 +412,13 @@ Expected<Message> Runtime::createMessage(std::shared_ptr<const Ifunc> F,
                                          const void *SourceArgs,
                                          size_t SourceArgsSize) {
   void *Args = const_cast<void *>(SourceArgs);
-  size_t Bound = F->Source->Bound(Args, SourceArgsSize);
+  size_t Bound = callJitted(F->Source->Bound, Args, SourceArgsSize);
   Message M;
   M.Code = std::move(F);
   M.Payload = std::make_shared<std::string>(Bound, '\0');
   size_t Size = Bound;
-  int RC = M.Code->Source->Init(Args, SourceArgsSize, M.Payload->data(), &Size);
+  int RC = callJitted(M.Code->Source->Init, Args, SourceArgsSize,
+                      M.Payload->data(), &Size);
   if (RC != 0)
     return createStringError("ifunc '%s': %s_payload_init returned %d",
                              M.Code->Name.c_str(), M.Code->Name.c_str(), RC);
@@ -1041,7 +1042,7 @@ void Runtime::callMain(ConnId C, const SmallInvoke &About,
   Rec.Conn = C;
   {
     RunScope Scope(Rec);
-    Main(Buf, Payload.size(), Args);
+    callJitted(Main, Buf, Payload.size(), Args);
   }
   Current = Outer;
   --Depth;

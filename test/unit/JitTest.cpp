@@ -53,7 +53,7 @@ TEST(Jit, CompilesAndRunsBitcodeForThisHost) {
   auto L = E->load(A);
   ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
   size_t Counter = 41;
-  L->Main(nullptr, 0, &Counter);
+  callJitted(L->Main, nullptr, 0, &Counter);
   EXPECT_EQ(Counter, 42u);
   EXPECT_EQ(E->size(), 1u);
   // A second load of the same identity is the cached one.
@@ -82,8 +82,8 @@ define void @%s_main(ptr %%p, i64 %%n, ptr %%t) {
   auto L2 = E->load(makeArchive("two", IR2));
   ASSERT_TRUE(!!L2) << llvm::toString(L2.takeError());
   size_t C = 0;
-  L1->Main(nullptr, 0, &C);
-  L2->Main(nullptr, 0, &C);
+  callJitted(L1->Main, nullptr, 0, &C);
+  callJitted(L2->Main, nullptr, 0, &C);
   EXPECT_EQ(C, 101u);
 }
 
@@ -132,7 +132,7 @@ define void @m%d_main(ptr %%p, i64 %%n, ptr %%t) {
       auto L = E->load(A);
       ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
       size_t C = 0;
-      L->Main(nullptr, 0, &C);
+      callJitted(L->Main, nullptr, 0, &C);
       EXPECT_EQ(C, size_t(I + 1) * (I % 5 + 1)) << "module " << I;
       if (I % 2)
         ASSERT_FALSE(!!E->unload(A.Hash));
@@ -167,7 +167,7 @@ TEST(Jit, ModulesShareAContextThatIsReplacedInTime) {
     const LoadedIfunc *L = E->find(A.Hash);
     ASSERT_TRUE(L);
     size_t C = 0;
-    L->Main(nullptr, 0, &C);
+    callJitted(L->Main, nullptr, 0, &C);
     EXPECT_EQ("c" + std::to_string(C), A.Name);
   }
 }
@@ -227,7 +227,7 @@ TEST(Jit, ChangedCodeUnderTheSameNameIsADifferentIdentity) {
   auto L2 = E->load(V2);
   ASSERT_TRUE(!!L2);
   size_t C = 0;
-  L2->Main(nullptr, 0, &C);
+  callJitted(L2->Main, nullptr, 0, &C);
   EXPECT_EQ(C, 7u);
   EXPECT_EQ(E->size(), 2u);
 }
@@ -243,7 +243,7 @@ TEST(Jit, UnloadFreesAndAllowsReload) {
   auto L = E->load(A);
   ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
   size_t C = 0;
-  L->Main(nullptr, 0, &C);
+  callJitted(L->Main, nullptr, 0, &C);
   EXPECT_EQ(C, 1u);
 }
 
@@ -292,7 +292,7 @@ TEST(Jit, UnloadReturnsCodeMemoryUnderChurn) {
     auto L = E->load(A);
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     size_t C = 0;
-    L->Main(nullptr, 0, &C);
+    callJitted(L->Main, nullptr, 0, &C);
     EXPECT_EQ(C, 1u);
     ASSERT_FALSE(!!E->unload(A.Hash));
   };
@@ -340,7 +340,7 @@ define void @dep_main(ptr %p, i64 %n, ptr %t) {
   auto L = E->load(A);
   ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
   size_t C = 0;
-  L->Main(nullptr, 0, &C);
+  callJitted(L->Main, nullptr, 0, &C);
   EXPECT_EQ(C, 42u);
 }
 
@@ -400,7 +400,7 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     EXPECT_TRUE(L->FromDiskCache);
     size_t C = 1;
-    L->Main(nullptr, 0, &C);
+    callJitted(L->Main, nullptr, 0, &C);
     EXPECT_EQ(C, 2u);
   }
   {
@@ -422,7 +422,7 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     EXPECT_FALSE(L->FromDiskCache);
     size_t C = 1;
-    L->Main(nullptr, 0, &C);
+    callJitted(L->Main, nullptr, 0, &C);
     EXPECT_EQ(C, 2u);
   }
   // A truncated file (a checksum and no object; or less than a checksum)
@@ -435,7 +435,7 @@ TEST(Jit, DiskCacheLetsAnotherEngineSkipTheJit) {
     ASSERT_TRUE(!!L) << llvm::toString(L.takeError());
     EXPECT_FALSE(L->FromDiskCache) << "kept " << Keep << " bytes";
     size_t C = 1;
-    L->Main(nullptr, 0, &C);
+    callJitted(L->Main, nullptr, 0, &C);
     EXPECT_EQ(C, 2u);
   }
   llvm::sys::fs::remove_directories(Dir);
@@ -470,7 +470,7 @@ TEST(Jit, PrewarmTakesTheLoadPathAndLeavesNothingBehind) {
       EXPECT_EQ(L->Sandboxed, Mode == LoadMode::Sandbox);
       if (Mode != LoadMode::Sandbox) { // Sandboxed code runs in runSandboxed.
         size_t C = 1;
-        L->Main(nullptr, 0, &C);
+        callJitted(L->Main, nullptr, 0, &C);
         EXPECT_EQ(C, 2u);
       }
       EXPECT_EQ((*E)->size(), 1u);
