@@ -25,11 +25,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
-#include <utility>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 
 namespace tc {
 
