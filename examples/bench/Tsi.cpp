@@ -793,14 +793,25 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   // Ratios of figures taken in the same round, before the rounds merge.
   const char *const References[] = {"am", "ucx_am", "ucx_perftest"};
   constexpr size_t NumReferences = std::size(References);
-  double Paired[NumReferences];
-  for (size_t I = 0; I < NumReferences; ++I)
+  // Rates as well as latencies: the machine's speed can move between the
+  // modes of one run (on a VM, ucx_am's rate has moved 3x within minutes),
+  // and #18's targets are paired ratios.
+  double Paired[NumReferences], PairedRate[NumReferences],
+      PairedUnbatched[NumReferences];
+  for (size_t I = 0; I < NumReferences; ++I) {
     Paired[I] =
         pairedRatio(R.Out, First, "cached", References[I], "latency_us");
+    PairedRate[I] =
+        pairedRatio(R.Out, First, "cached", References[I], "rate_msgs");
+    PairedUnbatched[I] = pairedRatio(R.Out, First, "cached-unbatched",
+                                     References[I], "rate_msgs");
+  }
   double MailboxPut =
       pairedRatio(R.Out, First, "mailbox", "ucx_put", "latency_us");
   double MailboxAm =
       pairedRatio(R.Out, First, "mailbox", "ucx_am", "latency_us");
+  double MailboxAmRate =
+      pairedRatio(R.Out, First, "mailbox", "ucx_am", "rate_msgs");
   double SandboxLat =
       pairedRatio(R.Out, First, "sandbox", "cached", "latency_us");
   double SandboxRate =
@@ -842,12 +853,15 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       double Rate = Find(References[I], "rate_msgs");
       if (!Lat)
         continue;
-      std::printf("\ncached/%s latency %.3f (paired %.3f), rate %.3f",
-                  References[I], Ca / Lat, Paired[I],
-                  Find("cached", "rate_msgs") / Rate);
-      double Unbatched = Find("cached-unbatched", "rate_msgs");
-      if (Rate && Unbatched)
-        std::printf(" (unbatched %.3f)", Unbatched / Rate);
+      std::printf("\ncached/%s latency %.3f (paired %.3f)", References[I],
+                  Ca / Lat, Paired[I]);
+      if (!Rate)
+        continue;
+      std::printf(", rate %.3f (paired %.3f)",
+                  Find("cached", "rate_msgs") / Rate, PairedRate[I]);
+      if (double Unbatched = Find("cached-unbatched", "rate_msgs"))
+        std::printf(", unbatched rate %.3f (paired %.3f)", Unbatched / Rate,
+                    PairedUnbatched[I]);
     }
     if (double U = Find("uncached", "latency_us"); U && Ca)
       std::printf("\nuncached/cached latency %.3f", U / Ca);
@@ -857,9 +871,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
                     Mb / Put, MailboxPut);
       if (double Am = Find("ucx_am", "latency_us"))
         std::printf("\nmailbox/ucx_am latency %.3f (paired %.3f), rate "
-                    "%.3f",
+                    "%.3f (paired %.3f)",
                     Mb / Am, MailboxAm,
-                    Find("mailbox", "rate_msgs") / Find("ucx_am", "rate_msgs"));
+                    Find("mailbox", "rate_msgs") / Find("ucx_am", "rate_msgs"),
+                    MailboxAmRate);
     }
     if (Find("sandbox", "latency_us"))
       std::printf("\nsandbox/cached latency %.3f (paired), cached/sandbox "
