@@ -15,6 +15,8 @@
 #ifndef TC_RUNTIME_BATCH_H
 #define TC_RUNTIME_BATCH_H
 
+#include "Bytes.h"
+
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Endian.h"
@@ -32,7 +34,22 @@ constexpr size_t BatchRecordOverhead = 8;
 /// Appends one frame to the batch body \p Out.
 inline void appendBatchRecord(std::string &Out, llvm::StringRef Header,
                               llvm::StringRef Body) {
-  // One resize and two copies: this runs once per coalesced message.
+  // This runs once per coalesced message. A small record (a cached
+  // message's) is made on the stack and appended with one call: resize()
+  // would first fill the room with zeros, out of line.
+  constexpr size_t SmallRecord = 64;
+  size_t Size = BatchRecordOverhead + Header.size() + Body.size();
+  if (Size <= SmallRecord) {
+    char Rec[SmallRecord];
+    llvm::support::endian::write32le(Rec, uint32_t(Header.size()));
+    llvm::support::endian::write32le(Rec + 4, uint32_t(Body.size()));
+    copyBytes(Rec + BatchRecordOverhead, Header.data(), Header.size());
+    copyBytes(Rec + BatchRecordOverhead + Header.size(), Body.data(),
+              Body.size());
+    Out.append(Rec, Size);
+    return;
+  }
+  // One resize and two copies.
   size_t Old = Out.size();
   Out.resize(Old + BatchRecordOverhead + Header.size() + Body.size());
   char *P = &Out[Old];

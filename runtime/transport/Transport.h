@@ -134,7 +134,8 @@ public:
   /// sends \p Header + \p Body on \p Conn at once, from the caller's
   /// buffers, when the transport can do so without keeping anything (no
   /// completion to report, nothing queued, no earlier frame of \p Conn still
-  /// waiting). Returns false, having done nothing, otherwise: the caller
+  /// waiting), or, coalescing, copies it into the batch that send() would
+  /// have put it in. Returns false, having done nothing, otherwise: the caller
   /// then sends the frame with send() or sendWithRoom(), so the order of
   /// frames on a connection is the order of the calls either way.
   virtual bool trySendNow(ConnId Conn, llvm::StringRef Header,

@@ -102,6 +102,8 @@ constexpr size_t ImmediateMax = 4096;
 constexpr unsigned ImmediateRetry = 1024;
 /// SendOps kept for reuse, and the largest body buffer one keeps.
 constexpr size_t OpPoolMax = 64, OpKeepBytes = 64 << 10;
+/// Emptied batch bodies kept for reuse (FreeBatches).
+constexpr size_t KeptBatches = 16;
 /// Frames up to this size (header + body) join a batch while their
 /// connection is busy; a batch is closed at BatchMax bytes of records, which
 /// keeps it within one shared-memory bcopy segment (8 KiB by default; UCX
@@ -410,6 +412,9 @@ private:
   /// Sends \p Header + \p Body as one InlineAmId message that UCX
   /// completes at once; false (nothing sent) when UCX cannot right now or
   /// the frame is too big for it.
+  /// trySendNow() with coalescing, for a frame that would join the open
+  /// batch at the end of its connection's backlog: appends it there.
+  bool appendToOpenBatch(Conn &Co, StringRef Header, StringRef Body);
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool sendInline(Conn &Co, StringRef Header,
                                                StringRef Body);
   /// The body of a frame going into the backlog, kept in \p O: by
@@ -457,6 +462,8 @@ private:
   /// the body \p Op borrowed.
   bool submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags,
               const std::shared_ptr<const void> *Owner = nullptr);
+  /// Gives the (empty) \p Body room for a batch: a kept one, or BatchMax.
+  void takeBatchBody(std::string &Body);
   /// An op for a frame of connection \p C, from FreeOps if one waits there.
   inline SendOp *takeOp(ConnId C, unique_function<void(Error)> &&Done);
   /// Gives back an op UCX is done with (its Done already taken).
@@ -682,6 +689,10 @@ private:
   /// Ops UCX let go of, kept for the next sends (at most OpPoolMax): a
   /// frame that does not leave at once costs no allocation.
   std::vector<std::unique_ptr<SendOp>> FreeOps;
+  /// Emptied batch bodies (capacity BatchMax or more), for the next batches:
+  /// a batch takes one of these instead of allocating, and its op's old
+  /// body comes back here when the batch is submitted (flushBacklog()).
+  std::vector<std::string> FreeBatches;
   std::mt19937_64 Random{std::random_device{}()};
   TransportStats Stats;
   bool Activity = false;
@@ -1152,11 +1163,36 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   }
   if (LLVM_UNLIKELY(!Co->PeerToken || Co->Held || !Co->Backlog.empty() ||
                     (Coalesce && Co->LastRound == Round)))
-    return false;
+    return Coalesce && appendToOpenBatch(*Co, Header, Body);
   if (!sendInline(*Co, Header, Body))
     return false;
   Co->LastRound = Round;
   ++Co->AmSent;
+  ++Stats.TokenFrames;
+  return true;
+}
+
+inline bool UcxTransport::appendToOpenBatch(Conn &Co, StringRef Header,
+                                            StringRef Body) {
+  // Exactly what sendFrame() does with such a frame, without its general
+  // steps: the frame joins the batch at the end of the backlog. Everything
+  // else (no token yet, frames waiting for mailbox credit, a batch to open
+  // or to flush, a backlog over its bounds) is left to sendFrame().
+  if (!Co.PeerToken || Co.Backlog.empty() || !Co.Pending.empty())
+    return false;
+  Outgoing &O = Co.Backlog.back();
+  if (O.AmId != BatchAmId ||
+      O.Body.size() + BatchRecordOverhead + Header.size() + Body.size() >
+          BatchMax ||
+      // backlog() flushes what is before the open batch unless UCX holds a
+      // send; makeRoom() waits once a backlog is over its bounds.
+      (!Co.Held && &Co.Backlog.front() != &O) ||
+      Co.CopiedBytes > MaxCopiedBacklog ||
+      (Co.LargeWaiting > MaxLargeWaiting && !Co.NoLargeWait))
+    return false;
+  appendBatchRecord(O.Body, Header, Body);
+  ++O.Frames;
+  ++Co.AmSent;
   ++Stats.TokenFrames;
   return true;
 }
@@ -1208,7 +1244,7 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
     Outgoing &O = Co.Backlog.emplace_back();
     O.AmId = Alone ? TokenAmId : BatchAmId;
     if (!Alone)
-      O.Body.reserve(BatchMax); // No regrowth while the batch fills.
+      takeBatchBody(O.Body); // No regrowth while the batch fills.
     O.Header.resize(TokenSize);
     support::endian::write64le(O.Header.data(), Co.PeerToken);
   }
@@ -1283,7 +1319,13 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     // is copied again.
     SendOp *Op = takeOp(C, std::move(Done));
     Op->Header = O.Header;
-    Op->Body = std::move(O.Body);
+    // The op takes the body, O the op's old one: a pooled op's is often an
+    // earlier batch's, which the next batch takes (FreeBatches).
+    Op->Body.swap(O.Body);
+    if (O.Body.capacity() >= BatchMax && FreeBatches.size() < KeptBatches) {
+      O.Body.clear();
+      FreeBatches.push_back(std::move(O.Body));
+    }
     Op->Shared = std::move(O.Shared);
     submit(Co, Op,
            // A batch is always eager: the receiver splits it in the AM
@@ -1346,6 +1388,15 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   if (submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0, Owner) &&
       Refused && Bytes <= Co.ImmediateCeiling)
     Co.ImmediateCeiling = Bytes - 1;
+}
+
+inline void UcxTransport::takeBatchBody(std::string &Body) {
+  if (FreeBatches.empty()) {
+    Body.reserve(BatchMax);
+    return;
+  }
+  Body.swap(FreeBatches.back());
+  FreeBatches.pop_back();
 }
 
 inline SendOp *UcxTransport::takeOp(ConnId C,

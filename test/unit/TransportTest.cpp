@@ -618,10 +618,11 @@ struct RawUcxPeer {
 
 TEST_P(UcxTransportTest, FramesSentNowAndQueuedKeepTheirOrder) {
   // trySendNow() sends small frames at once when nothing of the connection
-  // waits, and otherwise declines (the caller then uses send()): before the
-  // peer's token is known, behind a rendezvous frame UCX still holds, and
-  // after the first frame of a progress() round while coalescing. Frames
-  // arrive in the order of the calls either way.
+  // waits; coalescing, it copies a frame into the batch that waits at the
+  // end of the connection's backlog; otherwise it declines (the caller then
+  // uses send()): before the peer's token is known, and after the first
+  // frame of a progress() round when there is no batch to join (send()
+  // opens one). Frames arrive in the order of the calls either way.
   connect();
   std::vector<std::string> Bodies;
   std::vector<bool> Now;
@@ -643,12 +644,20 @@ TEST_P(UcxTransportTest, FramesSentNowAndQueuedKeepTheirOrder) {
   size_t Behind = 0;
   for (int Round = 0; Round < 20; ++Round) {
     A->progress();
-    // The first of its round: at once, but not behind the rendezvous
-    // frame of round 10 (B does not progress here, so UCX holds it).
+    uint64_t Batched = A->T->stats().BatchedFrames;
+    // The first of its round: at once; after round 10, behind the
+    // rendezvous frame (B does not progress here, so UCX holds it), into
+    // the batch that waits there.
     Send(pattern(Round % 5, Round));
-    EXPECT_EQ(Now.back(), Round <= 10) << Round;
-    Send(pattern(3, Round)); // Coalescing: declined, batched.
-    EXPECT_FALSE(Now.back()) << Round;
+    EXPECT_TRUE(Now.back()) << Round;
+    // The second: declined while there is no batch to join, so send()
+    // opens one; after round 10, into the waiting batch.
+    Send(pattern(3, Round));
+    EXPECT_EQ(Now.back(), Round > 10) << Round;
+    // Rounds up to 10 send their batch in the next progress() call; the
+    // later ones keep theirs waiting.
+    if (Round > 10)
+      EXPECT_EQ(A->T->stats().BatchedFrames, Batched) << Round;
     if (Round == 10) {
       A->progress();
       Send(pattern(1 << 20, 9)); // A rendezvous frame, held by UCX...
