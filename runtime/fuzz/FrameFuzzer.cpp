@@ -17,6 +17,8 @@
 #include "transport/Mailbox.h"
 #include "protocol/Frame.h"
 
+#include "llvm/ADT/SmallString.h"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -43,13 +45,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   }
   // A batch: the records handed out rebuild the bytes they came from (all
   // of them, unless the walk stopped at a defect).
-  std::string Rebuilt;
+  llvm::SmallString<0> Rebuilt;
   llvm::Expected<size_t> N =
       tc::splitBatch(Bytes, [&](llvm::StringRef H, llvm::StringRef B) {
         tc::appendBatchRecord(Rebuilt, H, B);
         return true;
       });
-  if (N ? Rebuilt != Bytes : !Bytes.starts_with(Rebuilt))
+  if (N ? Rebuilt.str() != Bytes : !Bytes.starts_with(Rebuilt))
     __builtin_trap();
   if (!N)
     llvm::consumeError(N.takeError());

@@ -18,47 +18,44 @@
 #include "Bytes.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <cstring>
-#include <string>
+#include <utility>
 
 namespace tc {
 
 /// Bytes a record adds in front of its frame.
 constexpr size_t BatchRecordOverhead = 8;
 
-/// Appends one frame to the batch body \p Out.
-inline void appendBatchRecord(std::string &Out, llvm::StringRef Header,
-                              llvm::StringRef Body) {
-  // This runs once per coalesced message. A small record (a cached
-  // message's) is made on the stack and appended with one call: resize()
-  // would first fill the room with zeros, out of line.
-  constexpr size_t SmallRecord = 64;
-  size_t Size = BatchRecordOverhead + Header.size() + Body.size();
-  if (Size <= SmallRecord) {
-    char Rec[SmallRecord];
-    llvm::support::endian::write32le(Rec, uint32_t(Header.size()));
-    llvm::support::endian::write32le(Rec + 4, uint32_t(Body.size()));
-    copyBytes(Rec + BatchRecordOverhead, Header.data(), Header.size());
-    copyBytes(Rec + BatchRecordOverhead + Header.size(), Body.data(),
-              Body.size());
-    Out.append(Rec, Size);
-    return;
-  }
-  // One resize and two copies.
+/// The bytes of a batch being filled, or of a copied frame body: grown
+/// without being cleared first (std::string's resize() fills with zeros).
+using ByteBuffer = llvm::SmallVector<char, 0>;
+
+/// Moves the heap buffer of \p From (and its bytes) into \p To, also when
+/// \p From is empty: SmallVector<T, 0>'s own move-assignment and move
+/// constructor leave an empty vector's buffer where it is.
+inline void moveBuffer(ByteBuffer &To, ByteBuffer &From) {
+  static_cast<llvm::SmallVectorImpl<char> &>(To) =
+      std::move(static_cast<llvm::SmallVectorImpl<char> &>(From));
+}
+
+/// Appends one frame to the batch body \p Out. This runs once per coalesced
+/// message: one resize without clearing, then the sizes and two copies.
+inline void appendBatchRecord(llvm::SmallVectorImpl<char> &Out,
+                              llvm::StringRef Header, llvm::StringRef Body) {
   size_t Old = Out.size();
-  Out.resize(Old + BatchRecordOverhead + Header.size() + Body.size());
-  char *P = &Out[Old];
+  Out.resize_for_overwrite(Old + BatchRecordOverhead + Header.size() +
+                           Body.size());
+  char *P = Out.data() + Old;
   llvm::support::endian::write32le(P, uint32_t(Header.size()));
   llvm::support::endian::write32le(P + 4, uint32_t(Body.size()));
-  std::memcpy(P + BatchRecordOverhead, Header.data(), Header.size());
-  if (!Body.empty())
-    std::memcpy(P + BatchRecordOverhead + Header.size(), Body.data(),
-                Body.size());
+  copyBytes(P + BatchRecordOverhead, Header.data(), Header.size());
+  copyBytes(P + BatchRecordOverhead + Header.size(), Body.data(), Body.size());
 }
 
 /// Calls \p Each(header, body) for every record of \p Batch in order, until

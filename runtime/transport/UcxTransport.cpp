@@ -177,7 +177,8 @@ struct SendOp {
   ConnId Conn;
   /// One frame's token and header fit inline; a batch's may not.
   SmallString<48> Header;
-  std::string Body;
+  /// A copied body, or a batch: filled without being cleared first.
+  ByteBuffer Body;
   /// Empty once reported (the connection died first); the op then lives on
   /// only until UCX lets go of it.
   unique_function<void(Error)> Done;
@@ -186,7 +187,9 @@ struct SendOp {
   /// The body instead of Body when it is not a copy: shared (Owner set
   /// once UCX keeps the send), or borrowed for one ucp_am_send_nbx call.
   SharedBody Shared = {};
-  StringRef body() const { return Shared.Bytes.data() ? Shared.Bytes : Body; }
+  StringRef body() const {
+    return Shared.Bytes.data() ? Shared.Bytes : StringRef(Body.data(), Body.size());
+  }
 };
 
 /// An active message waiting in a connection's backlog (coalesced, or
@@ -194,7 +197,7 @@ struct SendOp {
 struct Outgoing {
   unsigned AmId;
   std::string Header; ///< Token included.
-  std::string Body;
+  ByteBuffer Body;
   /// One per frame that has a callback.
   std::vector<unique_function<void(Error)>> Done;
   size_t Frames = 0;
@@ -203,7 +206,9 @@ struct Outgoing {
   /// A large frame (counted in its connection's LargeWaiting).
   bool Large = false;
   SharedBody Shared = {}; ///< As in SendOp.
-  StringRef body() const { return Shared.Owner ? Shared.Bytes : Body; }
+  StringRef body() const {
+    return Shared.Owner ? Shared.Bytes : StringRef(Body.data(), Body.size());
+  }
 };
 
 /// Buffers that rendezvous frames are received into, kept for the next
@@ -425,7 +430,7 @@ private:
       O.Shared = SharedBody{*Sharing, Body};
       Sharing = nullptr; // One frame's body.
     } else {
-      O.Body.assign(Body.data(), Body.size());
+      O.Body.assign(Body.begin(), Body.end());
     }
   }
   /// Whether a frame of \p Bytes is worth an immediate send on \p Co (see
@@ -463,7 +468,10 @@ private:
   bool submit(Conn &Co, SendOp *Op, unsigned AmId, uint32_t Flags,
               const std::shared_ptr<const void> *Owner = nullptr);
   /// Gives the (empty) \p Body room for a batch: a kept one, or BatchMax.
-  void takeBatchBody(std::string &Body);
+  void takeBatchBody(ByteBuffer &Body);
+  /// Keeps the buffer of \p Body (emptied) for a later batch, if it is a
+  /// batch's size and fewer than KeptBatches wait.
+  void keepBatchBody(ByteBuffer &Body);
   /// An op for a frame of connection \p C, from FreeOps if one waits there.
   inline SendOp *takeOp(ConnId C, unique_function<void(Error)> &&Done);
   /// Gives back an op UCX is done with (its Done already taken).
@@ -692,7 +700,7 @@ private:
   /// Emptied batch bodies (capacity BatchMax or more), for the next batches:
   /// a batch takes one of these instead of allocating, and its op's old
   /// body comes back here when the batch is submitted (flushBacklog()).
-  std::vector<std::string> FreeBatches;
+  std::vector<ByteBuffer> FreeBatches;
   std::mt19937_64 Random{std::random_device{}()};
   TransportStats Stats;
   bool Activity = false;
@@ -1319,13 +1327,12 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     // is copied again.
     SendOp *Op = takeOp(C, std::move(Done));
     Op->Header = O.Header;
-    // The op takes the body, O the op's old one: a pooled op's is often an
-    // earlier batch's, which the next batch takes (FreeBatches).
-    Op->Body.swap(O.Body);
-    if (O.Body.capacity() >= BatchMax && FreeBatches.size() < KeptBatches) {
-      O.Body.clear();
-      FreeBatches.push_back(std::move(O.Body));
-    }
+    // The op takes the body; its old buffer, often an earlier batch's, is
+    // kept for the next batch.
+    ByteBuffer Spare;
+    moveBuffer(Spare, Op->Body);
+    moveBuffer(Op->Body, O.Body);
+    keepBatchBody(Spare);
     Op->Shared = std::move(O.Shared);
     submit(Co, Op,
            // A batch is always eager: the receiver splits it in the AM
@@ -1382,7 +1389,7 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   if (Owner)
     Op->Shared.Bytes = Body;
   else
-    Op->Body.assign(Body.data(), Body.size()); // Reuses a pooled op's buffer.
+    Op->Body.assign(Body.begin(), Body.end()); // Reuses a pooled op's buffer.
   // Refused at once, yet sent at once: the FIFO had room, the frame was
   // too big for UCX's short protocol.
   if (submit(Co, Op, AmId, Reply ? UCP_AM_SEND_FLAG_REPLY : 0, Owner) &&
@@ -1390,13 +1397,25 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
     Co.ImmediateCeiling = Bytes - 1;
 }
 
-inline void UcxTransport::takeBatchBody(std::string &Body) {
+inline void UcxTransport::takeBatchBody(ByteBuffer &Body) {
   if (FreeBatches.empty()) {
     Body.reserve(BatchMax);
     return;
   }
-  Body.swap(FreeBatches.back());
+  moveBuffer(Body, FreeBatches.back());
   FreeBatches.pop_back();
+}
+
+inline void UcxTransport::keepBatchBody(ByteBuffer &Body) {
+  if (Body.capacity() < BatchMax || Body.capacity() > OpKeepBytes ||
+      FreeBatches.size() >= KeptBatches)
+    return;
+  // Never reallocated: std::vector would move the (empty) elements with
+  // SmallVector's move constructor, which leaves their buffers behind.
+  if (FreeBatches.capacity() < KeptBatches)
+    FreeBatches.reserve(KeptBatches);
+  Body.clear();
+  moveBuffer(FreeBatches.emplace_back(), Body);
 }
 
 inline SendOp *UcxTransport::takeOp(ConnId C,
@@ -1421,10 +1440,14 @@ void UcxTransport::dropOp(SendOp *Op) {
   Op->Large = false;
   Op->Shared = {}; // The owner's reference goes now, not at reuse.
   Op->Header.clear();
-  if (Op->Body.capacity() > OpKeepBytes)
-    std::string().swap(Op->Body);
-  else
+  if (Op->Body.capacity() > OpKeepBytes) {
+    // Freed: neither clear() nor swapping with an empty SmallVector
+    // (which swaps elements, not buffers) would let the buffer go.
+    Op->Body.~ByteBuffer();
+    new (&Op->Body) ByteBuffer();
+  } else {
     Op->Body.clear();
+  }
   FreeOps.emplace_back(Op);
 }
 

@@ -3,6 +3,7 @@
 #include "transport/Batch.h"
 #include "protocol/Frame.h"
 
+#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Endian.h"
 
 #include "gtest/gtest.h"
@@ -343,7 +344,7 @@ TEST(Frame, DefectsHaveSpecificMessages) {
 namespace {
 
 TEST(Batch, RecordsSplitBackInOrder) {
-  std::string B;
+  llvm::SmallString<0> B; // The transport's ByteBuffer is a SmallVector too.
   tc::appendBatchRecord(B, "h1", "body one");
   tc::appendBatchRecord(B, "", "");
   tc::appendBatchRecord(B, std::string(24, 'x'), std::string(1000, 'y'));
@@ -369,9 +370,29 @@ TEST(Batch, RecordsSplitBackInOrder) {
   EXPECT_EQ(*N, 2u);
 }
 
+TEST(Batch, MoveBufferHandsOverTheBufferOfAnEmptyVector) {
+  // UcxTransport keeps emptied batch buffers for the next batches: the
+  // buffer must move with an empty vector (SmallVector<T, 0>'s own move
+  // leaves it behind).
+  tc::ByteBuffer From, To;
+  From.reserve(8192);
+  const char *Buffer = From.data();
+  tc::moveBuffer(To, From);
+  EXPECT_EQ(To.data(), Buffer);
+  EXPECT_GE(To.capacity(), 8192u);
+  EXPECT_LT(From.capacity(), 8192u);
+  // With bytes in it, too.
+  tc::appendBatchRecord(To, "h", "b");
+  tc::moveBuffer(From, To);
+  EXPECT_EQ(From.data(), Buffer);
+  EXPECT_EQ(llvm::StringRef(From.data(), From.size()).take_back(2), "hb");
+  EXPECT_TRUE(To.empty());
+}
+
 TEST(Batch, DefectsStopTheWalkWithAnError) {
-  std::string Good;
-  tc::appendBatchRecord(Good, "hdr", "body");
+  llvm::SmallString<0> Record;
+  tc::appendBatchRecord(Record, "hdr", "body");
+  std::string Good = Record.str().str();
   struct Case {
     const char *What;
     std::string Bytes;
