@@ -417,6 +417,14 @@ private:
   /// Sends \p Header + \p Body as one InlineAmId message that UCX
   /// completes at once; false (nothing sent) when UCX cannot right now or
   /// the frame is too big for it.
+  /// trySendNow()'s mailbox part, out of line so that the AM path's frame
+  /// stays small: the frame went into \p Co's ring or behind the frames
+  /// waiting for its credit (Taken), must take the general path
+  /// (Declined), or goes by active message (UseAm).
+  enum class SlotOutcome { Taken, Declined, UseAm };
+  LLVM_ATTRIBUTE_NOINLINE SlotOutcome trySlot(Conn &Co, ConnId C,
+                                              StringRef Header,
+                                              StringRef Body);
   /// trySendNow() with coalescing, for a frame that would join the open
   /// batch at the end of its connection's backlog: appends it there.
   bool appendToOpenBatch(Conn &Co, StringRef Header, StringRef Body);
@@ -1145,29 +1153,9 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   // frame is written into the slot, and the receiver keeps the order with
   // the AM path.
   if (Co->Out) {
-    if (LLVM_UNLIKELY(!Co->Pending.empty())) {
-      // Behind frames that wait for credit; one too big for a slot is
-      // queued as an AM by sendFrame().
-      if (!Co->Out->Lane->writer().fits(Header.size() + Body.size()))
-        return false;
-      Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
-      return true;
-    }
-    switch (writeSlot(*Co, C, Header, Body)) {
-    case mailbox::Lane::Wrote::Yes:
-    case mailbox::Lane::Wrote::Doorbell: // Rung by writeSlot().
-      return true;
-    case mailbox::Lane::Wrote::NoCredit:
-      // The sender waits for the receiver, in order, rather than sending
-      // AMs it would have to deliver more slowly behind the ring.
-      Co->Pending.push_back({true, Header.str(), Body.str(), nullptr});
-      gateLane(*Co); // Closed to the runtime until Pending is written.
-      PendingConns.push_back(C);
-      Chores = true;
-      return true;
-    case mailbox::Lane::Wrote::No:
-      break;
-    }
+    SlotOutcome O = trySlot(*Co, C, Header, Body);
+    if (O != SlotOutcome::UseAm)
+      return O == SlotOutcome::Taken;
   }
   if (LLVM_UNLIKELY(!Co->PeerToken || Co->Held || !Co->Backlog.empty() ||
                     (Coalesce && Co->LastRound == Round)))
@@ -1178,6 +1166,35 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   ++Co->AmSent;
   ++Stats.TokenFrames;
   return true;
+}
+
+UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
+                                                StringRef Header,
+                                                StringRef Body) {
+  if (LLVM_UNLIKELY(!Co.Pending.empty())) {
+    // Behind frames that wait for credit; one too big for a slot is
+    // queued as an AM by sendFrame().
+    if (!Co.Out->Lane->writer().fits(Header.size() + Body.size()))
+      return SlotOutcome::Declined;
+    Co.Pending.push_back({true, Header.str(), Body.str(), nullptr});
+    return SlotOutcome::Taken;
+  }
+  switch (writeSlot(Co, C, Header, Body)) {
+  case mailbox::Lane::Wrote::Yes:
+  case mailbox::Lane::Wrote::Doorbell: // Rung by writeSlot().
+    return SlotOutcome::Taken;
+  case mailbox::Lane::Wrote::NoCredit:
+    // The sender waits for the receiver, in order, rather than sending
+    // AMs it would have to deliver more slowly behind the ring.
+    Co.Pending.push_back({true, Header.str(), Body.str(), nullptr});
+    gateLane(Co); // Closed to the runtime until Pending is written.
+    PendingConns.push_back(C);
+    Chores = true;
+    return SlotOutcome::Taken;
+  case mailbox::Lane::Wrote::No:
+    break;
+  }
+  return SlotOutcome::UseAm;
 }
 
 inline bool UcxTransport::appendToOpenBatch(Conn &Co, StringRef Header,
