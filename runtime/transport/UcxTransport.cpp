@@ -414,9 +414,6 @@ private:
   /// before \p Header are ours to write the token into.
   void sendFrame(ConnId C, StringRef Header, StringRef Body,
                  unique_function<void(Error)> &&Done, bool Room);
-  /// Sends \p Header + \p Body as one InlineAmId message that UCX
-  /// completes at once; false (nothing sent) when UCX cannot right now or
-  /// the frame is too big for it.
   /// trySendNow()'s mailbox part, out of line so that the AM path's frame
   /// stays small: the frame went into \p Co's ring or behind the frames
   /// waiting for its credit (Taken), must take the general path
@@ -428,6 +425,9 @@ private:
   /// trySendNow() with coalescing, for a frame that would join the open
   /// batch at the end of its connection's backlog: appends it there.
   bool appendToOpenBatch(Conn &Co, StringRef Header, StringRef Body);
+  /// Sends \p Header + \p Body as one InlineAmId message that UCX
+  /// completes at once; false (nothing sent) when UCX cannot right now or
+  /// the frame is too big for it.
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool sendInline(Conn &Co, StringRef Header,
                                                StringRef Body);
   /// The body of a frame going into the backlog, kept in \p O: by
