@@ -209,6 +209,12 @@ struct Outgoing {
   StringRef body() const {
     return Shared.Owner ? Shared.Bytes : StringRef(Body.data(), Body.size());
   }
+  /// Whether this is an open batch with room for one more frame of
+  /// \p Size bytes.
+  bool takes(size_t Size) const {
+    return AmId == BatchAmId &&
+           Body.size() + BatchRecordOverhead + Size <= BatchMax;
+  }
 };
 
 /// Buffers that rendezvous frames are received into, kept for the next
@@ -425,6 +431,11 @@ private:
   /// trySendNow() with coalescing, for a frame that would join the open
   /// batch at the end of its connection's backlog: appends it there.
   bool appendToOpenBatch(Conn &Co, StringRef Header, StringRef Body);
+  /// Whether \p Co's backlog is over its bounds: makeRoom() then waits.
+  bool overBounds(const Conn &Co) const {
+    return Co.CopiedBytes > MaxCopiedBacklog ||
+           (Co.LargeWaiting > MaxLargeWaiting && !Co.NoLargeWait);
+  }
   /// Sends \p Header + \p Body as one InlineAmId message that UCX
   /// completes at once; false (nothing sent) when UCX cannot right now or
   /// the frame is too big for it.
@@ -1107,10 +1118,7 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
                                    : Coalesce && (Co->Held || Again);
   if (Wait || !Co->Backlog.empty()) {
     backlog(*Co, C, Header, Body, std::move(Done));
-    if (LLVM_UNLIKELY(Co->CopiedBytes > MaxCopiedBacklog ||
-                      (Co->LargeWaiting > MaxLargeWaiting &&
-                       !Co->NoLargeWait)) &&
-        !InUcx)
+    if (LLVM_UNLIKELY(overBounds(*Co)) && !InUcx)
       makeRoom(C);
     return;
   }
@@ -1206,14 +1214,10 @@ inline bool UcxTransport::appendToOpenBatch(Conn &Co, StringRef Header,
   if (!Co.PeerToken || Co.Backlog.empty() || !Co.Pending.empty())
     return false;
   Outgoing &O = Co.Backlog.back();
-  if (O.AmId != BatchAmId ||
-      O.Body.size() + BatchRecordOverhead + Header.size() + Body.size() >
-          BatchMax ||
-      // backlog() flushes what is before the open batch unless UCX holds a
-      // send; makeRoom() waits once a backlog is over its bounds.
-      (!Co.Held && &Co.Backlog.front() != &O) ||
-      Co.CopiedBytes > MaxCopiedBacklog ||
-      (Co.LargeWaiting > MaxLargeWaiting && !Co.NoLargeWait))
+  // backlog() flushes what is before the open batch unless UCX holds a
+  // send; makeRoom() waits once a backlog is over its bounds.
+  if (!O.takes(Header.size() + Body.size()) ||
+      (!Co.Held && &Co.Backlog.front() != &O) || overBounds(Co))
     return false;
   appendBatchRecord(O.Body, Header, Body);
   ++O.Frames;
@@ -1264,8 +1268,7 @@ void UcxTransport::enqueue(Conn &Co, ConnId C, StringRef Header, StringRef Body,
   // (with coalescing off, every frame goes alone).
   size_t Size = Header.size() + Body.size();
   bool Alone = Size > BatchFrameMax || !Coalesce;
-  if (Alone || Co.Backlog.empty() || Co.Backlog.back().AmId != BatchAmId ||
-      Co.Backlog.back().Body.size() + BatchRecordOverhead + Size > BatchMax) {
+  if (Alone || Co.Backlog.empty() || !Co.Backlog.back().takes(Size)) {
     Outgoing &O = Co.Backlog.emplace_back();
     O.AmId = Alone ? TokenAmId : BatchAmId;
     if (!Alone)
