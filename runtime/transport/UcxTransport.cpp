@@ -79,8 +79,10 @@ constexpr unsigned InlineAmId = 0x7A, MailboxAmId = 0x7B, TcAmId = 0x7C,
                    WelcomeAmId = 0x7D, TokenAmId = 0x7E, BatchAmId = 0x7F;
 /// The first header byte of a MailboxAmId message (a token follows):
 /// a sender accepting the ring offered in its welcome (data: the accept
-/// record), or waking a receiver that sleeps (no data).
-enum : uint8_t { MailboxAccept = 1, MailboxDoorbell = 2 };
+/// record), waking a receiver that sleeps (no data), or saying that it
+/// closes the connection (no data): the peer then reports the loss of the
+/// connection that follows as a close, not as a failure.
+enum : uint8_t { MailboxAccept = 1, MailboxDoorbell = 2, Goodbye = 3 };
 /// Most frames one progress() takes from one ring before it lets UCX and
 /// the other rings have their turn.
 constexpr unsigned RingBurst = 16;
@@ -339,6 +341,8 @@ private:
     /// False for the reply endpoint of a peer that connected by address:
     /// UCX made it and UCX closes it (closing it ourselves trips UCX).
     bool Owned = true;
+    /// The peer said goodbye (it closes the connection on purpose).
+    bool PeerClosing = false;
     std::string Peer; ///< For messages: host:port or "address peer".
     std::deque<std::shared_ptr<Arrival>> Queue;
     /// The token the peer gave us (0: none yet, send with REPLY), and the
@@ -584,6 +588,11 @@ private:
   /// Tells every ring's sender that we sleep (or no longer).
   void announceSleep(bool Asleep);
   void ringDoorbell(Conn &Co, ConnId C);
+  /// Tells \p Co's peer that we close the connection, after every frame
+  /// sent on it (the same endpoint keeps the order).
+  void sayGoodbye(Conn &Co, ConnId C);
+  /// Sends the MailboxAmId message \p Kind (no data) to \p Co's peer.
+  void postControl(Conn &Co, ConnId C, uint8_t Kind);
   /// Frees \p Co's rings (a ring a delivery still reads is kept until it
   /// returns).
   void dropMailboxes(ConnId C, Conn &Co);
@@ -593,6 +602,9 @@ private:
   /// The open connection whose token starts \p Header (setting \p C), or
   /// null: the frame is then dropped and counted.
   Conn *byToken(const void *Header, ConnId &C);
+  /// The open connection of the reply endpoint \p Param names (setting
+  /// \p C), or null.
+  Conn *byReplyEp(const ucp_am_recv_param_t *Param, ConnId &C);
   Expected<ConnId> createEp(ucp_ep_params_t &P, std::string Peer);
   void closeEp(ucp_ep_h Ep, bool Force);
   void deliverReady(ConnId C);
@@ -887,8 +899,10 @@ UcxTransport::~UcxTransport() {
     dropMailboxes(KV.first, KV.second);
   Retired.clear();
   for (auto &KV : Conns) {
-    if (KV.second.Ep)
+    if (KV.second.Ep) {
       flushBacklog(KV.second, KV.first, /*All=*/true);
+      sayGoodbye(KV.second, KV.first);
+    }
     if (KV.second.Ep && KV.second.Owned)
       Eps.push_back(KV.second.Ep);
   }
@@ -1539,6 +1553,7 @@ void UcxTransport::disconnect(ConnId C) {
   if (Ep) {
     flushPending(C, It->second, /*All=*/true);
     flushBacklog(It->second, C, /*All=*/true);
+    sayGoodbye(It->second, C);
   }
   if (Ep && It->second.Owned && EpReceives.count(Ep)) {
     // Closed when its rendezvous receives are done; frames arriving on it
@@ -1568,15 +1583,20 @@ void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
   if (It == ByEp.end())
     return;
   ConnId C = It->second;
-  std::string Peer = Conns.count(C) ? Conns[C].Peer : std::string("peer");
+  Conn *Co = findConn(C);
+  std::string Peer = Co ? Co->Peer : std::string("peer");
+  bool Closed = Co && Co->PeerClosing;
   Activity = true;
   // UCX asks for a forced close of a failed endpoint; it completes the
   // sends still pending (with UCS_ERR_CANCELED) before it returns.
   closeEp(Ep, /*Force=*/true);
   Chores = true;
-  Lost.emplace_back(C, formatv("connection to {0} lost: {1}", Peer,
-                               ucs_status_string(S))
-                           .str());
+  Lost.emplace_back(C, Closed ? formatv("connection to {0} closed by the peer",
+                                        Peer)
+                                    .str()
+                              : formatv("connection to {0} lost: {1}", Peer,
+                                        ucs_status_string(S))
+                                    .str());
 }
 
 void UcxTransport::onEpError(void *Arg, ucp_ep_h Ep, ucs_status_t S) {
@@ -1795,6 +1815,19 @@ UcxTransport::Conn *UcxTransport::byToken(const void *Header, ConnId &C) {
     return Co;
   ++Stats.DroppedFrames;
   return nullptr;
+}
+
+UcxTransport::Conn *UcxTransport::byReplyEp(const ucp_am_recv_param_t *Param,
+                                            ConnId &C) {
+  if (!(Param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ||
+      !Param->reply_ep)
+    return nullptr;
+  auto It = ByEp.find(Param->reply_ep);
+  if (It == ByEp.end())
+    return nullptr;
+  C = It->second;
+  Conn *Co = findConn(C);
+  return Co && Co->Ep ? Co : nullptr;
 }
 
 ucs_status_t UcxTransport::onInlineAm(void *Arg, const void *, size_t HeaderLen,
@@ -2204,12 +2237,23 @@ bool UcxTransport::flushPendings() {
 
 void UcxTransport::ringDoorbell(Conn &Co, ConnId C) {
   ++Stats.Doorbells;
-  char Head[1 + TokenSize];
-  Head[0] = char(MailboxDoorbell);
-  support::endian::write64le(Head + 1, Co.PeerToken);
   // Its arrival wakes the receiver's worker; the handler does nothing.
+  postControl(Co, C, MailboxDoorbell);
+}
+
+void UcxTransport::sayGoodbye(Conn &Co, ConnId C) {
+  // Before the peer's welcome, with token 0 and REPLY: the peer finds the
+  // connection by its reply endpoint, as it does our frames then.
+  if (Co.Ep)
+    postControl(Co, C, Goodbye);
+}
+
+void UcxTransport::postControl(Conn &Co, ConnId C, uint8_t Kind) {
+  char Head[1 + TokenSize];
+  Head[0] = char(Kind);
+  support::endian::write64le(Head + 1, Co.PeerToken);
   post(Co, C, MailboxAmId, StringRef(Head, sizeof Head), StringRef(),
-       /*Reply=*/false, nullptr);
+       /*Reply=*/!Co.PeerToken, nullptr);
 }
 
 bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
@@ -2362,13 +2406,21 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
     ++T->Stats.DroppedFrames;
     return UCS_OK;
   }
+  uint8_t Kind = *static_cast<const uint8_t *>(Header);
   ConnId C;
-  Conn *Co = T->byToken(static_cast<const char *>(Header) + 1, C);
+  Conn *Co = Kind == Goodbye && !support::endian::read64le(
+                                    static_cast<const char *>(Header) + 1)
+                 ? T->byReplyEp(Param, C)
+                 : T->byToken(static_cast<const char *>(Header) + 1, C);
   if (!Co)
     return UCS_OK;
-  uint8_t Kind = *static_cast<const uint8_t *>(Header);
   if (Kind == MailboxDoorbell)
     return UCS_OK; // Its arrival woke us; progress() polls the rings.
+  if (Kind == Goodbye) {
+    // The connection's loss, when UCX reports it, is this close.
+    Co->PeerClosing = true;
+    return UCS_OK;
+  }
   if (Kind != MailboxAccept || !Co->In || Co->In->Accepted) {
     ++T->Stats.DroppedFrames;
     return UCS_OK;

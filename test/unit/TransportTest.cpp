@@ -86,6 +86,21 @@ struct Events final : TransportHandler {
   bool gone(ConnId C) const {
     return llvm::any_of(Gone, [&](auto &G) { return G.first == C; });
   }
+  /// Why \p C went, as onDisconnect said ("" if it did not).
+  std::string why(ConnId C) const {
+    for (auto &G : Gone)
+      if (G.first == C)
+        return G.second;
+    return "";
+  }
+  /// Whether \p C went because its peer closed it (UcxTransport: the
+  /// peer said goodbye), not because it was lost.
+  bool closedByPeer(ConnId C) const {
+    return llvm::StringRef(why(C)).ends_with(" closed by the peer");
+  }
+  bool lost(ConnId C) const {
+    return llvm::StringRef(why(C)).contains(" lost: ");
+  }
 };
 
 /// One transport and what it reported. The transport goes first.
@@ -761,6 +776,7 @@ TEST_P(UcxTransportTest, DestroyedPeerIsReportedAsDisconnect) {
   ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return !B->E.Frames.empty(); }));
   A.reset();
   ASSERT_TRUE(pump({B.get()}, [&] { return B->E.gone(BC); }, 10000));
+  EXPECT_TRUE(B->E.closedByPeer(BC)) << B->E.why(BC);
   B->send(BC, "late", "");
   ASSERT_TRUE(pump({B.get()}, [&] { return B->Results.size() == 1; }));
   EXPECT_EQ(B->Results[0], "connection " + std::to_string(BC) + " is closed");
@@ -778,6 +794,8 @@ TEST_P(UcxTransportTest, DisconnectIsSeenByThePeer) {
   EXPECT_EQ(A->Results[0], "connection " + std::to_string(AC) + " is closed");
   EXPECT_EQ(A->Results[1], "");
   EXPECT_TRUE(A->E.Gone.empty()) << "the closing side is not told";
+  // The peer knows it was a close, not a failure.
+  EXPECT_TRUE(B->E.closedByPeer(BC)) << B->E.why(BC);
 }
 
 TEST_P(UcxTransportTest, ConnectionToNothingFailsSendsThenDisconnects) {
@@ -1298,6 +1316,7 @@ TEST_P(UcxPeerTest, EchoesInOrderAndQuits) {
                    10000));
   EXPECT_TRUE(WIFEXITED(Exit) && WEXITSTATUS(Exit) == 0) << Exit;
   ASSERT_TRUE(pump({Me.get()}, [&] { return Me->E.gone(Conn); }, 10000));
+  EXPECT_TRUE(Me->E.closedByPeer(Conn)) << Me->E.why(Conn);
 }
 
 TEST_P(UcxPeerTest, KilledPeerIsReportedAsDisconnect) {
@@ -1309,6 +1328,8 @@ TEST_P(UcxPeerTest, KilledPeerIsReportedAsDisconnect) {
   for (int I = 0; I < 4; ++I)
     Me->send(Conn, "after", Big);
   ASSERT_TRUE(pump({Me.get()}, [&] { return Me->E.gone(Conn); }, 20000));
+  // A killed peer said no goodbye: its connection is lost, not closed.
+  EXPECT_TRUE(Me->E.lost(Conn)) << Me->E.why(Conn);
   ASSERT_TRUE(pump({Me.get()}, [&] { return Me->Results.size() == 5; }));
   EXPECT_EQ(Me->Results[0], "");
 }
@@ -1716,6 +1737,7 @@ TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
       Send();
     return Me->E.gone(*C);
   }, 20000));
+  EXPECT_TRUE(Me->E.lost(*C)) << Me->E.why(*C);
   // Sends after the loss fail at once.
   Me->send(*C, "after", "x");
   size_t Before = Me->Results.size();
