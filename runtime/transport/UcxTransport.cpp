@@ -562,6 +562,10 @@ private:
   /// credit; with \p All, the frames the ring has no room for go as AMs.
   void flushPending(ConnId C, Conn &Co, bool All);
   LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
+  /// Reports the connections in Ended closed, each once what its peer sent
+  /// before the goodbye has been delivered (its ring drained, no frame
+  /// queued), or after a second at most.
+  LLVM_ATTRIBUTE_NOINLINE void endClosedPeers();
   /// Delivers the frames waiting in the ring of \p C (whose Conn is
   /// \p Co), in order, as long as they were written after at most
   /// \p AmLimit frames of the AM path (all of them delivered). Returns
@@ -777,6 +781,11 @@ private:
   std::vector<std::unique_ptr<ucx::InRing>> Retired;
   /// Connections whose Pending may be non-empty.
   SmallVector<ConnId, 4> PendingConns;
+  /// Connections of peers that connected by address and said goodbye,
+  /// with when: UCX reports nothing when such a peer closes (the reply
+  /// endpoint is UCX's), so endClosedPeers() ends them here.
+  SmallVector<std::pair<ConnId, std::chrono::steady_clock::time_point>, 2>
+      Ended;
 };
 
 Expected<std::unique_ptr<UcxTransport>>
@@ -1989,6 +1998,8 @@ bool UcxTransport::progressWithChores() {
 }
 
 void UcxTransport::doChores() {
+  if (!Ended.empty())
+    endClosedPeers();
   if (!Completions.empty() || !Lost.empty())
     report();
   // What handlers and callbacks sent in this round, and backlogs UCX has
@@ -2000,7 +2011,39 @@ void UcxTransport::doChores() {
   if (!PendingConns.empty())
     flushPendings();
   Chores = !Completions.empty() || !Lost.empty() || !Backlogged.empty() ||
-           !Closing.empty() || !PendingConns.empty() || Handler == &Record;
+           !Closing.empty() || !PendingConns.empty() || !Ended.empty() ||
+           Handler == &Record;
+}
+
+void UcxTransport::endClosedPeers() {
+  auto Now = std::chrono::steady_clock::now();
+  // Taken out: a handler the drain runs may progress us (and come here).
+  auto Todo = std::move(Ended);
+  Ended.clear();
+  for (auto [C, Since] : Todo) {
+    Conn *Co = findConn(C);
+    if (Co && Co->Ep) {
+      // Mailbox frames written before the goodbye may still be in the ring
+      // (its AM came first); a handler may close C meanwhile.
+      if (Co->In && Co->In->Accepted && Co->In->hasNext() && !Co->Draining) {
+        bool Took = false;
+        drainRing(C, Co, Co->AmDelivered, ~0u, /*ThenQueue=*/true, Took);
+        Co = findConn(C);
+      }
+      bool Delivered = Co && Co->Queue.empty() &&
+                       !(Co->In && Co->In->Accepted && Co->In->hasNext());
+      if (Co && Co->Ep && !Delivered &&
+          Now - Since < std::chrono::seconds(1)) {
+        Ended.emplace_back(C, Since); // Frames still arriving: next round.
+        continue;
+      }
+      if (Co && Co->Ep) {
+        ByEp.erase(Co->Ep);
+        Lost.emplace_back(
+            C, formatv("connection to {0} closed by the peer", Co->Peer).str());
+      }
+    }
+  }
 }
 
 void UcxTransport::makeRoom(ConnId C) {
@@ -2417,8 +2460,13 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   if (Kind == MailboxDoorbell)
     return UCS_OK; // Its arrival woke us; progress() polls the rings.
   if (Kind == Goodbye) {
-    // The connection's loss, when UCX reports it, is this close.
+    // The connection's loss, when UCX reports it, is this close. For a
+    // peer that connected by address UCX reports none: end it ourselves.
     Co->PeerClosing = true;
+    if (!Co->Owned) {
+      T->Ended.emplace_back(C, std::chrono::steady_clock::now());
+      T->Chores = true;
+    }
     return UCS_OK;
   }
   if (Kind != MailboxAccept || !Co->In || Co->In->Accepted) {

@@ -798,6 +798,41 @@ TEST_P(UcxTransportTest, DisconnectIsSeenByThePeer) {
   EXPECT_TRUE(B->E.closedByPeer(BC)) << B->E.why(BC);
 }
 
+TEST_P(UcxTransportTest, AddressPeerThatClosesIsReportedAfterItsFrames) {
+  // UCX reports nothing when a peer that connected by worker address
+  // closes (the endpoint here is UCX's reply endpoint): its goodbye ends
+  // the connection, once every frame it sent before is delivered (with
+  // frames in a mailbox ring and rendezvous frames: UcxMailbox.
+  // APeerThatClosesIsReportedAfterEveryFrameItSent).
+  auto Addr = B->T->address();
+  ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
+  auto C = A->T->connectAddress(*Addr);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  unsigned Sent = 0;
+  auto Send = [&] {
+    std::string H = "m" + std::to_string(Sent++);
+    if (!A->T->trySendNow(*C, H, "x"))
+      A->send(*C, H, "x");
+  };
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    Send();
+    return !B->E.Frames.empty();
+  }, 10000));
+  for (int I = 0; I < 20; ++I)
+    Send();
+  A->T->disconnect(*C);
+  ConnId BC = B->E.Frames[0].Conn;
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return B->E.gone(BC); }, 10000));
+  EXPECT_TRUE(B->E.closedByPeer(BC)) << B->E.why(BC);
+  ASSERT_EQ(B->E.Frames.size(), Sent);
+  for (unsigned I = 0; I < Sent; ++I)
+    EXPECT_EQ(B->E.Frames[I].Header, "m" + std::to_string(I));
+  // The connection is gone here: a send on it fails.
+  B->send(BC, "late", "");
+  ASSERT_TRUE(pump({B.get()}, [&] { return B->Results.size() == 1; }));
+  EXPECT_EQ(B->Results[0], "connection " + std::to_string(BC) + " is closed");
+}
+
 TEST_P(UcxTransportTest, ConnectionToNothingFailsSendsThenDisconnects) {
   uint16_t Port;
   {
@@ -1581,6 +1616,36 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   EXPECT_EQ(SB.DroppedFrames, 0u);
 }
 
+TEST(UcxMailbox, APeerThatClosesIsReportedAfterEveryFrameItSent) {
+  // A (connected by address: B's side is UCX's reply endpoint, of which UCX
+  // reports no close) sends rendezvous frames, frames into B's ring behind
+  // them (they wait for their turn), and closes at once. Its goodbye, an
+  // AM, reaches B while the rendezvous data is still coming: B delivers
+  // every frame, in order, and only then reports the connection closed.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  if (::testing::Test::HasFatalFailure())
+    return;
+  ConnId BC = P.B->E.Frames[0].Conn;
+  uint64_t InRing = P.A->T->stats().MailboxSent;
+  for (int Round = 0; Round < 4; ++Round) {
+    P.send(pattern(1 << 20, Round), false); // Rendezvous.
+    for (int I = 0; I < 8; ++I)
+      P.send(pattern(5, Round), true); // The ring.
+  }
+  EXPECT_GT(P.A->T->stats().MailboxSent, InRing) << "frames in the ring";
+  P.A->T->disconnect(P.C);
+  ASSERT_TRUE(pump({P.A.get(), P.B.get()}, [&] { return P.B->E.gone(BC); },
+                   10000));
+  EXPECT_TRUE(P.B->E.closedByPeer(BC)) << P.B->E.why(BC);
+  ASSERT_EQ(P.B->E.Frames.size(), P.Headers.size());
+  for (size_t I = 0; I < P.Headers.size(); ++I) {
+    EXPECT_EQ(P.B->E.Frames[I].Header, P.Headers[I]);
+    EXPECT_TRUE(P.B->E.Frames[I].Body == P.Bodies[I]) << I;
+  }
+}
+
 TEST(UcxMailbox, FramesQueuedBehindARendezvousComeAfterIt) {
   // A large eager frame (above Transport::LargeBody, under UCX's
   // rendezvous threshold) goes to UCX while a rendezvous frame before it is
@@ -1747,3 +1812,4 @@ TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
 }
 
 } // namespace
+
