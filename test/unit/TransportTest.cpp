@@ -131,6 +131,11 @@ struct Side {
       Results.push_back(Err ? llvm::toString(std::move(Err)) : "");
     });
   }
+  /// Sends with trySendNow() (inline, or the mailbox), else with send().
+  void sendNow(ConnId C, llvm::StringRef H, llvm::StringRef B) {
+    if (!T->trySendNow(C, H, B))
+      send(C, H, B);
+  }
 };
 
 /// Progresses every side until \p Cond holds or \p TimeoutMs pass.
@@ -809,11 +814,7 @@ TEST_P(UcxTransportTest, AddressPeerThatClosesIsReportedAfterItsFrames) {
   auto C = A->T->connectAddress(*Addr);
   ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
   unsigned Sent = 0;
-  auto Send = [&] {
-    std::string H = "m" + std::to_string(Sent++);
-    if (!A->T->trySendNow(*C, H, "x"))
-      A->send(*C, H, "x");
-  };
+  auto Send = [&] { A->sendNow(*C, "m" + std::to_string(Sent++), "x"); };
   ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
     Send();
     return !B->E.Frames.empty();
@@ -1783,11 +1784,7 @@ TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
   auto C = Me->T->connectAddress(Peer.Address);
   ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
   unsigned Sent = 0;
-  auto Send = [&] {
-    std::string H = "m" + std::to_string(Sent++);
-    if (!Me->T->trySendNow(*C, H, "x"))
-      Me->send(*C, H, "x");
-  };
+  auto Send = [&] { Me->sendNow(*C, "m" + std::to_string(Sent++), "x"); };
   // Until frames flow through the mailboxes both ways.
   ASSERT_TRUE(pump({Me.get()}, [&] {
     Send();
