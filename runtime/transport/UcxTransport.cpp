@@ -597,6 +597,10 @@ private:
   void sayGoodbye(Conn &Co, ConnId C);
   /// Sends the MailboxAmId message \p Kind (no data) to \p Co's peer.
   void postControl(Conn &Co, ConnId C, uint8_t Kind);
+  /// How a connection to \p Peer that said goodbye is reported.
+  static std::string closedByPeer(StringRef Peer) {
+    return formatv("connection to {0} closed by the peer", Peer).str();
+  }
   /// Frees \p Co's rings (a ring a delivery still reads is kept until it
   /// returns).
   void dropMailboxes(ConnId C, Conn &Co);
@@ -1600,9 +1604,7 @@ void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
   // sends still pending (with UCS_ERR_CANCELED) before it returns.
   closeEp(Ep, /*Force=*/true);
   Chores = true;
-  Lost.emplace_back(C, Closed ? formatv("connection to {0} closed by the peer",
-                                        Peer)
-                                    .str()
+  Lost.emplace_back(C, Closed ? closedByPeer(Peer)
                               : formatv("connection to {0} lost: {1}", Peer,
                                         ucs_status_string(S))
                                     .str());
@@ -2022,27 +2024,22 @@ void UcxTransport::endClosedPeers() {
   Ended.clear();
   for (auto [C, Since] : Todo) {
     Conn *Co = findConn(C);
-    if (Co && Co->Ep) {
-      // Mailbox frames written before the goodbye may still be in the ring
-      // (its AM came first); a handler may close C meanwhile.
-      if (Co->In && Co->In->Accepted && Co->In->hasNext() && !Co->Draining) {
-        bool Took = false;
-        drainRing(C, Co, Co->AmDelivered, ~0u, /*ThenQueue=*/true, Took);
-        Co = findConn(C);
-      }
-      bool Delivered = Co && Co->Queue.empty() &&
-                       !(Co->In && Co->In->Accepted && Co->In->hasNext());
-      if (Co && Co->Ep && !Delivered &&
-          Now - Since < std::chrono::seconds(1)) {
-        Ended.emplace_back(C, Since); // Frames still arriving: next round.
-        continue;
-      }
-      if (Co && Co->Ep) {
-        ByEp.erase(Co->Ep);
-        Lost.emplace_back(
-            C, formatv("connection to {0} closed by the peer", Co->Peer).str());
-      }
+    // Mailbox frames written before the goodbye may still be in the ring
+    // (its AM came first); a handler may close C meanwhile.
+    if (Co && Co->Ep && ringHolds(*Co) && !Co->Draining) {
+      bool Took = false;
+      drainRing(C, Co, Co->AmDelivered, ~0u, /*ThenQueue=*/true, Took);
+      Co = findConn(C);
     }
+    if (!Co || !Co->Ep)
+      continue; // Closed meanwhile, and reported.
+    bool Delivered = Co->Queue.empty() && !ringHolds(*Co);
+    if (!Delivered && Now - Since < std::chrono::seconds(1)) {
+      Ended.emplace_back(C, Since); // Frames still arriving: next round.
+      continue;
+    }
+    ByEp.erase(Co->Ep);
+    Lost.emplace_back(C, closedByPeer(Co->Peer));
   }
 }
 

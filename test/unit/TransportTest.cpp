@@ -1809,4 +1809,3 @@ TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
 }
 
 } // namespace
-
