@@ -178,6 +178,13 @@ double median(std::vector<double> &V) {
   return V.size() % 2 ? V[M] : (V[M - 1] + V[M]) / 2;
 }
 
+double spreadPercent(std::vector<double> V) {
+  double Mid = median(V); // Sorts V.
+  if (V.size() < 2 || Mid <= 0)
+    return 0;
+  return (V.back() - V.front()) / Mid * 100;
+}
+
 uint64_t parseCount(const std::string &Flag, const std::string &V) {
   if (V.empty() || V.find_first_not_of("0123456789") != std::string::npos ||
       V.size() > 19)

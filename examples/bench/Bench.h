@@ -249,6 +249,9 @@ int runSweep(const std::string &Which, const CommonOptions &O,
 
 /// Median of \p V (sorted in place).
 double median(std::vector<double> &V);
+/// The spread of \p V: (max - min) / median, in percent (0 for fewer than
+/// two figures or a zero median).
+double spreadPercent(std::vector<double> V);
 /// TSI over UCX's own active messages, in this process and a forked one
 /// (UcxAm.cpp): one-way latency over \p Iters ping-pongs after \p Warmup,
 /// and the rate of \p Msgs back-to-back messages. Dies on any failure.

@@ -31,7 +31,9 @@ Server-side sum (sss) or indirect put (iput) over payload sizes (Two-Chains
 Figs. 7-8): one-way latency and message rate of the injected ifunc, the same
 C function linked into the server (local), and the same work written
 straight on UCX active messages (ucx_am: UcxAmSweep.cpp). The table ends with
-the ratios injected/ucx_am and injected/local per size.
+the ratios injected/ucx_am and injected/local per size and, with more than
+one round, the spread of the injected rate over the rounds ((max - min) /
+median) beside that of ucx_am.
 
 OPTIONS:
   --sizes LIST   Payload bytes (default 16,64,256,1024,4096,16384,65536;
@@ -267,9 +269,15 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     // "paired": the median over rounds of each round's own ratio; latency
     // ratios are injected/reference (lower is better), rate ratios too
     // (higher is better).
-    std::printf("\n%-8s %-26s %-26s\n", "payload",
+    // With rounds, the rate's spread over them: the injected mode's beside
+    // the reference's (the machine's own, measured in the same rounds).
+    bool Spread = Rounds > 1;
+    std::printf("\n%-8s %-26s %-26s%s\n", "payload",
                 Want[2] ? "injected/ucx_am lat, rate" : "",
-                Want[1] ? "injected/local lat, rate" : "");
+                Want[1] ? "injected/local lat, rate" : "",
+                !Spread    ? ""
+                : Want[2] ? " rate spread % injected, ucx_am"
+                          : " rate spread % injected");
     for (size_t SI = 0; SI < Sizes.size(); ++SI) {
       const auto &Fig = All[SI];
       std::printf("%-8llu", static_cast<unsigned long long>(Sizes[SI]));
@@ -283,6 +291,11 @@ int runSweep(const std::string &Which, const CommonOptions &O,
                       pairedRatio(Fig[0].Latency, Fig[Ref].Latency),
                       pairedRatio(Fig[0].Rate, Fig[Ref].Rate));
         std::printf(" %-26s", Buf);
+      }
+      if (Spread) {
+        std::printf(" %.1f", spreadPercent(Fig[0].Rate));
+        if (Want[2])
+          std::printf(", %.1f", spreadPercent(Fig[2].Rate));
       }
       std::printf("\n");
     }
