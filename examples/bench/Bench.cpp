@@ -1,6 +1,7 @@
 //===- Bench.cpp - tc-bench's entry point and shared helpers --------------===//
 
 #include "Bench.h"
+#include "Stamps.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -558,14 +559,16 @@ bool walkArgs(
 /// Ping-pong: returns the one-way latency in microseconds.
 double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
                 const std::function<void()> &Send, uint64_t Warmup,
-                uint64_t Iters) {
+                uint64_t Iters, HopStamps *Stamps) {
   control(C, Ep, "bench.pong", &Pong, sizeof Pong);
   Clock::time_point T0 = Clock::now();
   for (uint64_t I = 0; I < Warmup + Iters; ++I) {
     if (I == Warmup)
       T0 = Clock::now();
     uint64_t Want = C.Counter + 1;
+    uint64_t Before = Stamps ? stampNow() : 0;
     Send();
+    uint64_t After = Stamps ? stampNow() : 0;
     // The wait is inline, as ucx_am's is (UcxAm.cpp): the reference and tc
     // poll with the same loop, a counter test beside the progress call.
     Deadline D;
@@ -577,6 +580,8 @@ double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
           die("timed out after 60 s waiting for a pong");
       }
     }
+    if (Stamps)
+      Stamps->client(I, Before, After, stampNow());
   }
   double Secs = secondsSince(T0);
   uint32_t Off = PongOff;

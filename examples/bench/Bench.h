@@ -229,12 +229,14 @@ bool walkArgs(
     const std::function<bool(const std::string &Flag,
                              const std::function<std::string()> &)> &Take);
 
+struct HopStamps;
 /// Ping-pong with the server answering each message (bench.pong \p Pong):
 /// returns the one-way latency in microseconds over \p Iters round trips
-/// after \p Warmup untimed ones.
+/// after \p Warmup untimed ones. With \p Stamps, the client stamps every
+/// round trip into it (Stamps.h).
 double pingPong(ClientWorker &C, tc_ep_h Ep, uint32_t Pong,
                 const std::function<void()> &Send, uint64_t Warmup,
-                uint64_t Iters);
+                uint64_t Iters, HopStamps *Stamps = nullptr);
 /// \p Msgs back-to-back sends ended by a flush: messages per second.
 double rate(ClientWorker &C, tc_ep_h Ep, const std::function<void()> &Send,
             uint64_t Msgs);
@@ -258,10 +260,14 @@ double spreadPercent(std::vector<double> V);
 struct UcxAmFigures {
   double LatencyUs = 0, Rate = 0;
 };
-UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs);
+/// With \p Stamps, both processes stamp every ping-pong round trip into it.
+UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs,
+                      HopStamps *Stamps = nullptr);
 /// A one-sided put ping-pong on raw UCX (UcxPut.cpp): the one-way latency
-/// of a put of \p Size bytes, as ucx_perftest's put latency test measures.
-double ucxPutLatency(uint64_t Warmup, uint64_t Iters, size_t Size);
+/// of a put of \p Size bytes, as ucx_perftest's put latency test measures;
+/// \p Stamps as for ucxAmTsi().
+double ucxPutLatency(uint64_t Warmup, uint64_t Iters, size_t Size,
+                     HopStamps *Stamps = nullptr);
 /// sss (\p Sum) or iput over UCX's own active messages (UcxAmSweep.cpp):
 /// \p Size bytes of \p Payload per message, latency and rate as for
 /// ucxAmTsi. \p Stats gets the server's sss or iput fields (counters, sum,

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
+#include "Stamps.h"
 
 #include "dapc_chase.h"
 #include "dapc_table.h"
@@ -42,6 +43,8 @@ struct Server {
   /// bench.idle arrived: sleep while nothing happens, until bench.reset.
   bool Idle = false;
   tc_ep_h EvictFrom = nullptr; ///< Told when done, with a local TSI.
+  /// bench.stamps: the client's stamps file, mapped (tsi --breakdown).
+  HopStamps *Stamps = nullptr;
 
   uint64_t total() const { return Tsi + Sss.count + Iput.count; }
 };
@@ -59,6 +62,20 @@ extern "C" void benchPong(void *Payload, size_t Size, void *) {
   The->Pong = Mode;
   The->PongTo = tc_worker_source_ep(The->W);
   The->Seen = The->total();
+}
+
+/// bench.stamps: the payload names the client's stamps file (Stamps.h);
+/// every pong is stamped into it until a bench.stamps without one.
+extern "C" void benchStamps(void *Payload, size_t Size, void *) {
+  HopStamps::close(The->Stamps);
+  The->Stamps = nullptr;
+  if (!Size)
+    return;
+  std::string Err;
+  The->Stamps = HopStamps::open(
+      std::string(static_cast<const char *>(Payload), Size), Err);
+  if (!The->Stamps)
+    die("serve: bench.stamps: " + Err);
 }
 
 extern "C" void benchStats(void *, size_t, void *) {
@@ -357,6 +374,7 @@ int runServer(int Argc, char **Argv) {
       {"dapc", benchDapcLocal, &S->Dapc},
       {"bench.pong", benchPong, nullptr},
       {"bench.stats", benchStats, nullptr},
+      {"bench.stamps", benchStamps, nullptr},
       {"bench.reset", benchReset, nullptr},
       {"bench.idle", benchIdle, nullptr},
       {"bench.evict", benchEvict, nullptr},
@@ -420,8 +438,11 @@ int runServer(int Argc, char **Argv) {
       continue;
     }
     if (S->Pong != PongOff && S->total() != S->Seen) {
+      uint64_t Seen = S->Stamps ? stampNow() : 0;
       S->Seen = S->total();
       sendPong(*S);
+      if (S->Stamps)
+        S->Stamps->target(Seen, stampNow());
       continue;
     }
     if (!Did && (Blocking || S->Idle))

@@ -15,6 +15,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
+#include "Stamps.h"
 
 #include <algorithm>
 #include <atomic>
@@ -44,6 +45,7 @@ struct TsiRun {
   const CommonOptions &O;
   Sizes N;
   std::vector<Record> Out;
+  bool Breakdown = false; ///< --breakdown: stamp the ping-pongs.
 
   void add(const std::string &Mode, const std::string &Metric, double V,
            const std::string &Unit) {
@@ -59,6 +61,51 @@ struct TsiRun {
 };
 
 using SendFn = std::function<void()>;
+
+/// With --breakdown, the stamps of one mode's ping-pong (Stamps.h): a
+/// mapping both processes write, removed with this object. Its file is
+/// removed as soon as the target has mapped it (unlink()), so that a run
+/// that dies leaves none behind.
+class PingPongStamps {
+public:
+  explicit PingPongStamps(const TsiRun &R) {
+    if (R.Breakdown)
+      S = HopStamps::create(R.N.Warmup + R.N.LatencyIters, Path);
+  }
+  /// The target has the mapping (a tc server mapped it; a forked one will
+  /// inherit it): the file can go.
+  void unlink() {
+    if (!Path.empty())
+      ::unlink(Path.c_str());
+    Path.clear();
+  }
+  ~PingPongStamps() {
+    if (S)
+      HopStamps::destroy(S, Path);
+  }
+  PingPongStamps(const PingPongStamps &) = delete;
+  PingPongStamps &operator=(const PingPongStamps &) = delete;
+  HopStamps *get() const { return S; }
+  const std::string &path() const { return Path; }
+  /// Adds \p Mode's breakdown rows to \p R (nothing without --breakdown);
+  /// \p LatencyUs is the one-way latency the ping-pong measured.
+  void report(TsiRun &R, const std::string &Mode, double LatencyUs) const {
+    if (!S)
+      return;
+    double TimedNs = LatencyUs * 1000 * 2 * double(R.N.LatencyIters);
+    HopBreakdown B = analyzeStamps(*S, R.N.Warmup,
+                                   R.N.Warmup + R.N.LatencyIters, TimedNs,
+                                   Mode);
+    R.add(Mode, "send_call_ns", B.SendCallNs, "ns");
+    R.add(Mode, "one_way_ns", B.OneWayNs, "ns");
+    R.add(Mode, "target_send_call_ns", B.TargetSendCallNs, "ns");
+    R.add(Mode, "return_ns", B.ReturnNs, "ns");
+  }
+
+private:
+  HopStamps *S = nullptr;
+  std::string Path;
+};
 
 void sendOrDie(tc_status_t S) {
   if (S != TC_INPROGRESS && S != TC_OK)
@@ -90,7 +137,16 @@ void steadyMode(TsiRun &R, const std::string &Mode, const Child &Server,
     Pong = PongIfunc;
   }
   control(C, Ep, "bench.reset", nullptr, 0);
-  double Lat = pingPong(C, Ep, Pong, Send, R.N.Warmup, R.N.LatencyIters);
+  PingPongStamps Stamps(R);
+  if (Stamps.get()) {
+    control(C, Ep, "bench.stamps", Stamps.path().data(), Stamps.path().size());
+    Stamps.unlink();
+  }
+  double Lat = pingPong(C, Ep, Pong, Send, R.N.Warmup, R.N.LatencyIters,
+                        Stamps.get());
+  if (Stamps.get())
+    control(C, Ep, "bench.stamps", nullptr, 0);
+  Stamps.report(R, Mode, Lat);
   ServerStats S0 = queryStats(C, Ep);
   tc_worker_stats_t W0;
   tc_worker_query_stats(C.W, &W0);
@@ -586,6 +642,14 @@ OPTIONS:
                   idle (pinned, it shares its CPU with its compiles)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
                   ucx_perftest out of --modes)
+  --breakdown     Stamp every ping-pong round trip on both sides (one clock,
+                  one shared mapping) and add, per ping-pong mode and for
+                  ucx_am and ucx_put: send_call_ns (the client's send
+                  call), one_way_ns (its send start to the target's loop
+                  seeing the message), target_send_call_ns and return_ns
+                  (the target's loop seeing it to the client's loop seeing
+                  the answer). Means, the slowest 1 % left out; the stamps'
+                  own cost is in latency_us then
 )";
 
 const char *const AllModes[] = {
@@ -657,6 +721,8 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
               R.N.Rounds = parseCount(A, Value());
             else if (A == "--no-perftest")
               NoPerftest = true;
+            else if (A == "--breakdown")
+              R.Breakdown = true;
             else if (A == "--sync-compile")
               SyncCompile = true;
             else if (A == "--stall-spin")
@@ -759,8 +825,12 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     if (Want("ucx_am")) {
       note("tsi ucx_am: latency and rate");
-      UcxAmFigures F = ucxAmTsi(R.N.Warmup, R.N.LatencyIters, R.N.RateMsgs);
+      PingPongStamps Stamps(R);
+      Stamps.unlink();
+      UcxAmFigures F = ucxAmTsi(R.N.Warmup, R.N.LatencyIters, R.N.RateMsgs,
+                                Stamps.get());
       R.add("ucx_am", "latency_us", F.LatencyUs, "us");
+      Stamps.report(R, "ucx_am", F.LatencyUs);
       R.add("ucx_am", "rate_msgs", F.Rate, "msgs/s");
       R.add("ucx_am", "frame_bytes", 5, "bytes"); // Function id + payload.
     }
@@ -773,9 +843,13 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
           Frame = R.Out[I].Value;
       size_t Size = 16 + static_cast<size_t>(Frame + 0.5);
       note("tsi ucx_put: latency of " + std::to_string(Size) + "-byte puts");
-      R.add("ucx_put", "latency_us",
-            ucxPutLatency(R.N.Warmup, R.N.LatencyIters, Size), "us");
+      PingPongStamps Stamps(R);
+      Stamps.unlink();
+      double Lat =
+          ucxPutLatency(R.N.Warmup, R.N.LatencyIters, Size, Stamps.get());
+      R.add("ucx_put", "latency_us", Lat, "us");
       R.add("ucx_put", "frame_bytes", double(Size), "bytes");
+      Stamps.report(R, "ucx_put", Lat);
     }
     // UCX's messages are the size of a cached frame (which is the same for
     // every steady mode but uncached; see docs/wire-format.md).

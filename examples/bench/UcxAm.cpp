@@ -17,6 +17,7 @@
 
 #include "Bench.h"
 #include "RawUcx.h"
+#include "Stamps.h"
 
 #include <ucp/api/ucp.h>
 
@@ -90,6 +91,7 @@ std::string await(Side &S, uint64_t Want) {
 struct Sizes {
   uint64_t Warmup, Iters, Msgs;
   UcxAmFigures Out;
+  HopStamps *Stamps; ///< Shared with the forked server; may be null.
 };
 
 /// The server: answers each of the first Warmup + Iters messages, then
@@ -100,8 +102,12 @@ int serve(int Fd, void *Arg) {
   Side S;
   std::string Err = init(S, Fd);
   for (uint64_t I = 1; Err.empty() && I <= Pings; ++I)
-    if ((Err = await(S, I)).empty())
+    if ((Err = await(S, I)).empty()) {
+      uint64_t Seen = N.Stamps ? stampNow() : 0;
       Err = send(S);
+      if (N.Stamps)
+        N.Stamps->target(Seen, stampNow());
+    }
   if (Err.empty() && (Err = await(S, Pings + Msgs)).empty())
     Err = send(S);
   // Wait for the client to be done before closing the endpoint under it.
@@ -125,8 +131,13 @@ std::string drive(int Fd, void *Arg) {
   for (uint64_t I = 1; Err.empty() && I <= N.Warmup + N.Iters; ++I) {
     if (I == N.Warmup + 1)
       T0 = Clock::now();
-    if ((Err = send(S)).empty())
+    uint64_t Before = N.Stamps ? stampNow() : 0;
+    if ((Err = send(S)).empty()) {
+      uint64_t After = N.Stamps ? stampNow() : 0;
       Err = await(S, I);
+      if (N.Stamps)
+        N.Stamps->client(I - 1, Before, After, stampNow());
+    }
   }
   if (Err.empty())
     N.Out.LatencyUs = secondsSince(T0) / double(N.Iters) / 2 * 1e6;
@@ -150,8 +161,9 @@ std::string drive(int Fd, void *Arg) {
 
 } // namespace
 
-UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs) {
-  Sizes N{Warmup, Iters, Msgs, {}};
+UcxAmFigures ucxAmTsi(uint64_t Warmup, uint64_t Iters, uint64_t Msgs,
+                      HopStamps *Stamps) {
+  Sizes N{Warmup, Iters, Msgs, {}, Stamps};
   std::string Err = runPair(serve, &N, drive, &N);
   if (!Err.empty())
     die("ucx_am: " + Err);

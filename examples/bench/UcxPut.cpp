@@ -14,6 +14,7 @@
 
 #include "Bench.h"
 #include "RawUcx.h"
+#include "Stamps.h"
 
 #include <cstring>
 
@@ -34,6 +35,7 @@ struct PutSide : RawSide {
 struct PutRun {
   uint64_t Warmup, Iters;
   size_t Size;
+  HopStamps *Stamps; ///< Shared with the forked server; may be null.
   double LatencyUs = 0;
 };
 
@@ -114,8 +116,12 @@ int serve(int Fd, void *Arg) {
   PutSide S;
   std::string Err = setUp(S, Fd, R.Size);
   for (uint64_t I = 1; Err.empty() && I <= R.Warmup + R.Iters; ++I)
-    if ((Err = await(S, I, R.Size)).empty())
+    if ((Err = await(S, I, R.Size)).empty()) {
+      uint64_t Seen = R.Stamps ? stampNow() : 0;
       Err = put(S, I);
+      if (R.Stamps)
+        R.Stamps->target(Seen, stampNow());
+    }
   rawAwaitGoodbye(Fd, Err);
   tearDown(S);
   return rawServerExit("ucx_put", Err);
@@ -129,8 +135,13 @@ std::string drive(int Fd, void *Arg) {
   for (uint64_t I = 1; Err.empty() && I <= R.Warmup + R.Iters; ++I) {
     if (I == R.Warmup + 1)
       T0 = Clock::now();
-    if ((Err = put(S, I)).empty())
+    uint64_t Before = R.Stamps ? stampNow() : 0;
+    if ((Err = put(S, I)).empty()) {
+      uint64_t After = R.Stamps ? stampNow() : 0;
       Err = await(S, I, R.Size);
+      if (R.Stamps)
+        R.Stamps->client(I - 1, Before, After, stampNow());
+    }
   }
   if (Err.empty())
     R.LatencyUs = secondsSince(T0) / double(R.Iters) / 2 * 1e6;
@@ -142,8 +153,9 @@ std::string drive(int Fd, void *Arg) {
 
 } // namespace
 
-double ucxPutLatency(uint64_t Warmup, uint64_t Iters, size_t Size) {
-  PutRun R{Warmup, Iters, std::max<size_t>(Size, 8)};
+double ucxPutLatency(uint64_t Warmup, uint64_t Iters, size_t Size,
+                     HopStamps *Stamps) {
+  PutRun R{Warmup, Iters, std::max<size_t>(Size, 8), Stamps};
   std::string Err = runPair(serve, &R, drive, &R);
   if (!Err.empty())
     die("ucx_put: " + Err);
