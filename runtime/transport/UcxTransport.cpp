@@ -804,9 +804,10 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
       return std::move(E);
   }
   T->MaxCopiedBacklog = std::max<size_t>(Opts.MaxCopiedBacklog, 1);
-  // trySendNow() sends inline messages and, once a peer's ring is
-  // accepted, frames that fit its slots (raised then).
-  T->SendNowMax = InlineFrameMax;
+  // trySendNow() sends inline messages, adds frames up to BatchFrameMax to
+  // a connection's open batch (with coalescing) and, once a peer's ring is
+  // accepted, writes frames that fit its slots (raised then).
+  T->SendNowMax = T->Coalesce ? BatchFrameMax : InlineFrameMax;
   ucp_config_t *Config;
   ucs_status_t S = ucp_config_read(nullptr, nullptr, &Config);
   if (S != UCS_OK)
@@ -1178,16 +1179,14 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   Conn *Co = findConn(C);
   if (LLVM_UNLIKELY(!Co || !Co->Ep))
     return false;
-  // Too big for a slot and for an inline message: the general path, at
-  // once (a 1-4 KiB payload's every send).
+  // A frame too big for an inline message (a 256 B - 2.6 KiB one, with
+  // coalescing) can only join the open batch here, or go into a slot.
   size_t Size = Header.size() + Body.size();
-  if (Size > InlineFrameMax &&
-      !(Co->Out && Co->Out->Lane->writer().fits(Size)))
-    return false;
+  bool Inline = Size <= InlineFrameMax;
   // A mailbox first, where the peer offered one: no coalescing there, each
   // frame is written into the slot, and the receiver keeps the order with
   // the AM path.
-  if (Co->Out) {
+  if (Co->Out && (Inline || Co->Out->Lane->writer().fits(Size))) {
     SlotOutcome O = trySlot(*Co, C, Header, Body);
     if (O != SlotOutcome::UseAm)
       return O == SlotOutcome::Taken;
@@ -1195,7 +1194,9 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   if (LLVM_UNLIKELY(!Co->PeerToken || Co->Held || !Co->Backlog.empty() ||
                     (Coalesce && Co->LastRound == Round)))
     return Coalesce && appendToOpenBatch(*Co, Header, Body);
-  if (!sendInline(*Co, Header, Body))
+  // The first frame of a round leaves at once: the general path, for one
+  // that is not inline.
+  if (!Inline || !sendInline(*Co, Header, Body))
     return false;
   Co->LastRound = Round;
   ++Co->AmSent;
@@ -1237,8 +1238,10 @@ inline bool UcxTransport::appendToOpenBatch(Conn &Co, StringRef Header,
   // Exactly what sendFrame() does with such a frame, without its general
   // steps: the frame joins the batch at the end of the backlog. Everything
   // else (no token yet, frames waiting for mailbox credit, a batch to open
-  // or to flush, a backlog over its bounds) is left to sendFrame().
-  if (!Co.PeerToken || Co.Backlog.empty() || !Co.Pending.empty())
+  // or to flush, a backlog over its bounds) is left to sendFrame(), and
+  // so is a frame too big to join a batch (enqueue()'s rule).
+  if (!Co.PeerToken || Co.Backlog.empty() || !Co.Pending.empty() ||
+      Header.size() + Body.size() > BatchFrameMax)
     return false;
   Outgoing &O = Co.Backlog.back();
   // backlog() flushes what is before the open batch unless UCX holds a

@@ -639,10 +639,12 @@ struct RawUcxPeer {
 TEST_P(UcxTransportTest, FramesSentNowAndQueuedKeepTheirOrder) {
   // trySendNow() sends small frames at once when nothing of the connection
   // waits; coalescing, it copies a frame into the batch that waits at the
-  // end of the connection's backlog; otherwise it declines (the caller then
-  // uses send()): before the peer's token is known, and after the first
-  // frame of a progress() round when there is no batch to join (send()
-  // opens one). Frames arrive in the order of the calls either way.
+  // end of the connection's backlog (one too big for an inline message
+  // too, up to a third of a batch); otherwise it declines (the caller then
+  // uses send()): before the peer's token is known, after the first frame
+  // of a progress() round when there is no batch to join (send() opens
+  // one), and for a frame too big to join a batch. Frames arrive in the
+  // order of the calls either way.
   connect();
   std::vector<std::string> Bodies;
   std::vector<bool> Now;
@@ -674,6 +676,14 @@ TEST_P(UcxTransportTest, FramesSentNowAndQueuedKeepTheirOrder) {
     // opens one; after round 10, into the waiting batch.
     Send(pattern(3, Round));
     EXPECT_EQ(Now.back(), Round > 10) << Round;
+    if (Round <= 10) {
+      // Past an inline message's size: into the batch send() opened.
+      Send(pattern(1000, Round));
+      EXPECT_TRUE(Now.back()) << Round;
+      // Past a third of a batch: declined, send() sends it alone.
+      Send(pattern(3000, Round));
+      EXPECT_FALSE(Now.back()) << Round;
+    }
     // Rounds up to 10 send their batch in the next progress() call; the
     // later ones keep theirs waiting.
     if (Round > 10)
