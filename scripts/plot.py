@@ -22,6 +22,8 @@ mean. Writes PNGs into OUTDIR (default .) and prints each path written:
   iput-rate-vs-payload.png
   tsi-latency.png, tsi-rate.png  bars per mode
   tsi-first-contact.png        first contact and JIT time per mode, if present
+  tsi-breakdown.png            send calls, one way and return per mode (tsi
+                               --breakdown), if present
 
 Only figures whose data is present are made. Lines and bars are split by
 transport when the input has more than one. Uses matplotlib from Debian's
@@ -177,7 +179,12 @@ def pool(records):
 # --- Drawing -----------------------------------------------------------------
 
 # Modes appear in the order tc-bench printed them (first input first).
-METRIC_LABELS = {"first_contact_ms": "first contact", "jit_ms": "JIT or load"}
+METRIC_LABELS = {"first_contact_ms": "first contact", "jit_ms": "JIT or load",
+                 "send_call_ns": "send call", "one_way_ns": "one way",
+                 "target_send_call_ns": "target's send call",
+                 "return_ns": "return"}
+# tc-bench tsi --breakdown's rows, in the order of a round trip.
+BREAKDOWN = ("send_call_ns", "one_way_ns", "target_send_call_ns", "return_ns")
 
 
 def size_label(v):
@@ -376,6 +383,11 @@ def plot_tsi(p, records):
                    if any(r["metric"] == m for r in rs)]
         p.bars(rs, metrics, "tsi-first-contact.png",
                "TSI first contact per mode", "time (ms)")
+    rs = [r for r in records if r["bench"] == "tsi" and r["metric"] in BREAKDOWN]
+    if rs:
+        metrics = [m for m in BREAKDOWN if any(r["metric"] == m for r in rs)]
+        p.bars(rs, metrics, "tsi-breakdown.png",
+               "TSI ping-pong: where a round trip's time goes", "time (ns)")
 
 
 def main(argv=None):
