@@ -106,6 +106,8 @@ def _netns_works():
 
 if _netns_works():
     config.available_features.add("root-netns")
+# netns/lit.local.cfg puts those tests in this group: one at a time.
+lit_config.parallelism_groups["netns"] = 1
 
 # --- Heterogeneous targets: the aarch64 cross build under qemu-aarch64 ---
 # (scripts/build-aarch64.sh, scripts/run-aarch64.sh). %run_aarch64 PROGRAM
