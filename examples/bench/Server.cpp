@@ -438,11 +438,11 @@ int runServer(int Argc, char **Argv) {
       continue;
     }
     if (S->Pong != PongOff && S->total() != S->Seen) {
-      uint64_t Seen = S->Stamps ? stampNow() : 0;
-      S->Seen = S->total();
-      sendPong(*S);
-      if (S->Stamps)
-        S->Stamps->target(Seen, stampNow());
+      stampedAnswer(S->Stamps, [&] {
+        S->Seen = S->total();
+        sendPong(*S);
+        return 0;
+      });
       continue;
     }
     if (!Did && (Blocking || S->Idle))

@@ -16,12 +16,6 @@
 namespace bench {
 namespace {
 
-int64_t steadyNanos() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 size_t mappingBytes(uint64_t RoundTrips) {
   return sizeof(HopStamps) + NumStampColumns * RoundTrips * sizeof(uint64_t);
 }

@@ -36,6 +36,13 @@
 
 namespace bench {
 
+/// steady_clock's time in ns.
+inline int64_t steadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 /// The clock both sides of a ping-pong read: cheap, and shared by every CPU
 /// of the machine.
 inline uint64_t stampNow() {
@@ -46,10 +53,7 @@ inline uint64_t stampNow() {
   asm volatile("isb; mrs %0, cntvct_el0" : "=r"(V));
   return V;
 #else
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<uint64_t>(steadyNanos());
 #endif
 }
 
@@ -109,6 +113,18 @@ struct HopStamps {
     }
   }
 };
+
+/// The target's answer to a ping: runs \p Answer (which sends it) and, with
+/// \p S, stamps when the target's loop saw the message and when the send
+/// call returned. Returns what \p Answer returns.
+template <typename AnswerFn>
+auto stampedAnswer(HopStamps *S, AnswerFn &&Answer) {
+  uint64_t Seen = S ? stampNow() : 0;
+  auto Result = Answer();
+  if (S)
+    S->target(Seen, stampNow());
+  return Result;
+}
 
 /// What HopStamps say about the round trips after the first \p Warmup of
 /// \p RoundTrips, in ns.

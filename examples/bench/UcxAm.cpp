@@ -102,12 +102,8 @@ int serve(int Fd, void *Arg) {
   Side S;
   std::string Err = init(S, Fd);
   for (uint64_t I = 1; Err.empty() && I <= Pings; ++I)
-    if ((Err = await(S, I)).empty()) {
-      uint64_t Seen = N.Stamps ? stampNow() : 0;
-      Err = send(S);
-      if (N.Stamps)
-        N.Stamps->target(Seen, stampNow());
-    }
+    if ((Err = await(S, I)).empty())
+      Err = stampedAnswer(N.Stamps, [&] { return send(S); });
   if (Err.empty() && (Err = await(S, Pings + Msgs)).empty())
     Err = send(S);
   // Wait for the client to be done before closing the endpoint under it.

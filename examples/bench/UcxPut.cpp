@@ -116,12 +116,8 @@ int serve(int Fd, void *Arg) {
   PutSide S;
   std::string Err = setUp(S, Fd, R.Size);
   for (uint64_t I = 1; Err.empty() && I <= R.Warmup + R.Iters; ++I)
-    if ((Err = await(S, I, R.Size)).empty()) {
-      uint64_t Seen = R.Stamps ? stampNow() : 0;
-      Err = put(S, I);
-      if (R.Stamps)
-        R.Stamps->target(Seen, stampNow());
-    }
+    if ((Err = await(S, I, R.Size)).empty())
+      Err = stampedAnswer(R.Stamps, [&] { return put(S, I); });
   rawAwaitGoodbye(Fd, Err);
   tearDown(S);
   return rawServerExit("ucx_put", Err);
