@@ -3,10 +3,11 @@
 // Two-Chains' reactive mailboxes (§III-A), as UcxTransport uses them: the
 // receiver of a connection owns a ring of fixed-size slots in memory
 // registered with UCX and gives the sender its address and remote key; the
-// sender writes each small frame into the next slot with ucp_put_nbi (the
-// slot's content, a fence, then its signal word) and the receiver, polling
-// the signal word of the slot it expects next, hands the frame on as if it
-// had come as an active message. Credit goes back by put too: the receiver
+// sender writes each frame that fits into the next run of slots (a span:
+// one slot for a small frame, more for a larger one) through UCX's mapping
+// of the ring (the content, then the signal word of its first slot) and the
+// receiver, polling the signal word of the slot it expects next, hands the
+// frame on in place, as if it had come as an active message. Credit goes back by put too: the receiver
 // writes how many slots it has released into a word of the sender's own
 // registered memory, a bank of slots at a time. docs/wire-format.md,
 // "Mailboxes", gives every byte.
@@ -28,38 +29,69 @@
 #include "llvm/Support/Endian.h"
 #include "llvm/Support/Error.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 namespace tc {
 namespace mailbox {
 
-/// The version byte of offer and accept records.
-constexpr uint8_t RecordVersion = 1;
+/// The version byte of offer and accept records. 2: frames span slots (a
+/// ring of version 1 held one frame per slot).
+constexpr uint8_t RecordVersion = 2;
 
 /// Bytes of a slot in front of the frame: signal word, AM count, sizes.
 constexpr size_t SlotHeaderBytes = 16;
 /// Where the signal word is in a slot, and where the rest starts.
 constexpr size_t SignalOffset = 0, ContentOffset = 8;
+/// A signal word: the message's first slot number plus one in the low 48
+/// bits, the number of slots its frame spans (at least 1) in the high 16.
+constexpr unsigned SpanShift = 48;
+constexpr uint64_t CountMask = (uint64_t(1) << SpanShift) - 1;
 
 /// The shape of a ring: Slots slots of SlotBytes bytes, released to the
 /// sender BankSlots at a time. Slots and BankSlots are powers of two,
 /// BankSlots divides Slots, SlotBytes is a multiple of 64 (a cache line)
-/// from 64 to 65536.
+/// from 64 to 65536. A frame takes a span of consecutive slots, at most
+/// spanMax(); a span that starts near the ring's end runs on into a tail of
+/// spanMax() - 1 slots behind it, so that every frame is contiguous.
 struct Geometry {
   /// Two cache lines: frames up to 112 bytes (a cached message of up to
-  /// 109 payload bytes), a small one in the signal word's line.
+  /// 109 payload bytes) in one slot, a small one in the signal word's line.
   uint32_t SlotBytes = 128;
   uint32_t Slots = 128;
   uint32_t BankSlots = 32;
 
-  /// The ring's size in bytes.
+  /// The ring's size in bytes, without the tail.
   size_t bytes() const { return size_t(SlotBytes) * Slots; }
-  /// The largest frame (header + body) a slot holds.
-  size_t maxFrame() const { return SlotBytes - SlotHeaderBytes; }
+  /// The most slots one frame spans: a quarter of the ring, and no more
+  /// than the credit a sender is sure to get back once the receiver took
+  /// everything (Slots - BankSlots + 1), so that a span never waits for
+  /// credit that cannot come.
+  uint32_t spanMax() const {
+    uint32_t Max = std::min(Slots / 4, Slots - BankSlots + 1);
+    return Max ? Max : 1;
+  }
+  /// The memory registered for the ring: the ring and its tail.
+  size_t mappedBytes() const {
+    return bytes() + size_t(spanMax() - 1) * SlotBytes;
+  }
+  /// The largest frame (header + body) a span holds (sizes are 16-bit).
+  size_t maxFrame() const {
+    return std::min<size_t>(size_t(spanMax()) * SlotBytes - SlotHeaderBytes,
+                            UINT16_MAX);
+  }
+  /// The slots a frame of \p FrameBytes (header + body) spans.
+  uint32_t spanOf(size_t FrameBytes) const {
+    size_t Bytes = SlotHeaderBytes + FrameBytes;
+    return LLVM_LIKELY(Bytes <= SlotBytes)
+               ? 1
+               : uint32_t((Bytes + SlotBytes - 1) / SlotBytes);
+  }
   /// An error naming the first rule \p G breaks, or success.
   llvm::Error check() const;
 };
@@ -141,10 +173,15 @@ inline uint64_t loadWord(const char *Word, int Order) {
   return __atomic_load_n(reinterpret_cast<const uint64_t *>(Word), Order);
 }
 
-/// The signal word of message number \p N (counted from 0): never 0, and
+/// The signal word of a message whose span of \p Span slots starts at slot
+/// number \p N (counted from 0 since the ring's start): never 0, and
 /// different in every lap of the ring, so a slot left from an earlier lap
-/// never reads as the next message.
-inline uint64_t signalOf(uint64_t N) { return N + 1; }
+/// never reads as the next message. The receiver zeroes the signal words
+/// inside a span before it releases them (Reader::forget()): payload bytes
+/// there never read as a signal either.
+inline uint64_t signalOf(uint64_t N, uint32_t Span) {
+  return ((N + 1) & CountMask) | uint64_t(Span) << SpanShift;
+}
 
 /// A frame read from a slot; the views point into the slot.
 struct SlotMessage {
@@ -185,7 +222,7 @@ public:
   const Geometry &shape() const { return G; }
   /// Messages written so far; the next one goes to slot next() % Slots.
   uint64_t next() const { return Written; }
-  /// Whether a frame of \p Bytes (header + body) fits a slot.
+  /// Whether a frame of \p Bytes (header + body) fits a span.
   bool fits(size_t Bytes) const { return Bytes <= G.maxFrame(); }
   /// How many messages may be written from next() on, given the
   /// receiver's Released count: slots whose previous occupants it has
@@ -197,7 +234,8 @@ public:
   uint64_t slotOffset(uint64_t N) const {
     return (N & (G.Slots - 1)) * uint64_t(G.SlotBytes);
   }
-  void wrote() { ++Written; }
+  /// A span of \p Span slots from next() on was written.
+  void wrote(uint32_t Span) { Written += Span; }
 
 private:
   Geometry G;
@@ -217,10 +255,28 @@ public:
     return (N & (G.Slots - 1)) * uint64_t(G.SlotBytes);
   }
   /// Whether \p Signal, read from the next slot, says its message is there.
-  bool isNext(uint64_t Signal) const { return Signal == signalOf(Consumed); }
-  /// The next message is taken (delivered or dropped): the one after it is
-  /// expected now. Its slot stays the receiver's until released.
-  void take() { ++Consumed; }
+  bool isNext(uint64_t Signal) const {
+    return ((Signal ^ (Consumed + 1)) & CountMask) == 0 && Signal > CountMask;
+  }
+  /// The slots the message of \p Signal (isNext()) spans, or 0 where the
+  /// sender wrote a span this ring cannot hold (a defect: the receiver
+  /// drops one slot).
+  uint32_t spanOf(uint64_t Signal) const {
+    uint32_t Span = uint32_t(Signal >> SpanShift);
+    return Span <= G.spanMax() ? Span : 0;
+  }
+  /// The next message, of \p Span slots, is taken (delivered or dropped):
+  /// the one after it is expected now. Its slots stay the receiver's until
+  /// released.
+  void take(uint32_t Span) { Consumed += Span; }
+  /// Zeroes the signal words inside the span of \p Span slots at \p First
+  /// (what the sender wrote there is payload) once no one reads it, and
+  /// before release(): the sender then finds slots whose signal words are
+  /// old signals or 0, never a number the receiver will wait for.
+  void forget(char *First, uint32_t Span) const {
+    for (uint32_t I = 1; I < Span; ++I)
+      std::memset(First + size_t(I) * G.SlotBytes + SignalOffset, 0, 8);
+  }
   /// Call when no delivery is running (a delivered frame may point into
   /// its slot until its handler returns). Returns the new Released count
   /// to write to the sender when whole banks were freed since the last
@@ -281,11 +337,12 @@ public:
   }
   const Writer &writer() const { return W; }
 
-  /// Writes a frame into the next slot: a header that \p EncodeHeader
-  /// writes at the pointer it gets (at most \p HeaderMax bytes; it returns
-  /// the size), then \p Body. The content goes in first, the signal word
-  /// last with a release store: a receiver that reads the signal with
-  /// acquire never sees a signalled slot with old content.
+  /// Writes a frame into the next span of slots: a header that
+  /// \p EncodeHeader writes at the pointer it gets (at most \p HeaderMax
+  /// bytes; it returns the size), then \p Body. The content goes in first,
+  /// the signal word of the span's first slot last with a release store: a
+  /// receiver that reads the signal with acquire never sees a signalled
+  /// slot with old content.
   template <typename EncodeFn>
   LLVM_ATTRIBUTE_ALWAYS_INLINE Wrote write(size_t HeaderMax,
                                            llvm::StringRef Body,
@@ -300,9 +357,10 @@ public:
     // Credit is read from the flags the receiver writes only when what was
     // read last is used up: that cache line moves between the processes
     // once per bank, not once per frame.
-    if (LLVM_UNLIKELY(!Credit)) {
+    uint32_t Span = W.shape().spanOf(HeaderMax + Body.size());
+    if (LLVM_UNLIKELY(Credit < Span)) {
       Credit = W.credit(loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE));
-      if (!Credit)
+      if (Credit < Span)
         return Wrote::NoCredit;
     }
     uint64_t N = W.next();
@@ -312,9 +370,9 @@ public:
     assert(H <= HeaderMax && "the header outgrew what fits() was told");
     copyBytes(Content + 8 + H, Body.data(), Body.size());
     encodeSlotSizes(Content, *AmSent, H, H + Body.size());
-    storeWord(Slot + SignalOffset, signalOf(N));
-    W.wrote();
-    --Credit;
+    storeWord(Slot + SignalOffset, signalOf(N, Span));
+    W.wrote(Span);
+    Credit -= Span;
     ++*Sent;
     // Dekker with the receiver's sleep announcement: our signal store,
     // then its flag load here; its flag store, then its ring loads there.

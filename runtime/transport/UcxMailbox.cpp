@@ -96,7 +96,7 @@ Expected<std::unique_ptr<InRing>> InRing::create(ucp_context_h Ctx,
   if (Error E = G.check())
     return std::move(E);
   auto R = std::make_unique<InRing>(G);
-  Expected<Region> Ring = Region::allocate(Ctx, G.bytes());
+  Expected<Region> Ring = Region::allocate(Ctx, G.mappedBytes());
   if (!Ring)
     return Ring.takeError();
   R->Ring = std::move(*Ring);

@@ -2311,23 +2311,28 @@ bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
   if (In && In->Accepted) {
     const uint32_t SlotBytes = In->Read.shape().SlotBytes;
     for (unsigned Taken = 0; Taken < MaxFrames; ++Taken) {
-      const char *Slot = In->nextSlot();
-      if (!In->Read.isNext(
-              mailbox::loadWord(Slot + mailbox::SignalOffset,
-                                __ATOMIC_ACQUIRE)))
+      char *Slot = In->nextSlot();
+      uint64_t Signal =
+          mailbox::loadWord(Slot + mailbox::SignalOffset, __ATOMIC_ACQUIRE);
+      if (!In->Read.isNext(Signal))
         break;
+      uint32_t Span = In->Read.spanOf(Signal);
       mailbox::SlotMessage M;
-      if (LLVM_UNLIKELY(!mailbox::parseSlot(StringRef(Slot, SlotBytes), M))) {
+      if (LLVM_UNLIKELY(!Span ||
+                        !mailbox::parseSlot(
+                            StringRef(Slot, size_t(Span) * SlotBytes), M))) {
         // Only the peer writes here: a defect is its own frame's loss.
         ++Stats.DroppedFrames;
-        In->Read.take();
+        Span = std::max(Span, 1u);
+        In->Read.forget(Slot, Span);
+        In->Read.take(Span);
         Took = true;
         continue;
       }
       // Written after an AM frame not delivered yet: it waits for it.
       if (int32_t(M.AmBefore - AmLimit) > 0)
         break;
-      In->Read.take();
+      In->Read.take(Span);
       Took = true;
       ++Stats.MailboxReceived;
       // The handler reads the frame in the slot; an ifunc it runs may
@@ -2350,6 +2355,10 @@ bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
           return false;
         }
       }
+      // The frame's own bytes inside the span are not signals for the
+      // sender's next lap (none while it spans one slot).
+      if (LLVM_UNLIKELY(Span > 1))
+        In->Read.forget(Slot, Span);
       if (!In->Delivering)
         releaseSlots(*Co);
       if (LLVM_UNLIKELY(Destroying))

@@ -36,7 +36,7 @@ struct Loop {
   Reader R;
 
   explicit Loop(Geometry G)
-      : G(G), Ring(G.bytes(), 0), L(G, Ring.data(), Flags, &AmSent, &Sent),
+      : G(G), Ring(G.mappedBytes(), 0), L(G, Ring.data(), Flags, &AmSent, &Sent),
         W(L.writer()), R(G) {
     storeWord(Flags + ReadyOffset, 1); // The receiver polls the ring.
   }
@@ -57,7 +57,9 @@ struct Loop {
     std::memcpy(&Signal, Slot + SignalOffset, 8);
     if (!R.isNext(Signal))
       return false;
-    auto M = readSlot(llvm::StringRef(Slot, G.SlotBytes));
+    uint32_t Span = R.spanOf(Signal);
+    EXPECT_NE(Span, 0u);
+    auto M = readSlot(llvm::StringRef(Slot, size_t(Span) * G.SlotBytes));
     EXPECT_TRUE(!!M) << llvm::toString(M.takeError());
     if (!M)
       return false;
@@ -65,7 +67,8 @@ struct Loop {
     B = M->Body.str();
     if (Am)
       *Am = M->AmBefore;
-    R.take();
+    R.take(Span);
+    R.forget(Slot, Span);
     if (uint64_t New = R.release())
       storeWord(Flags + ReleasedOffset, New);
     return true;
@@ -127,15 +130,143 @@ TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
   EXPECT_EQ(L.R.release(), 0u);
 }
 
-TEST(Mailbox, OversizeFramesDoNotFit) {
-  Geometry G; // 128-byte slots
+TEST(Mailbox, FramesSpanSlotsUpToAQuarterOfTheRing) {
+  Geometry G; // 128 slots of 128 bytes
   Loop L(G);
-  EXPECT_EQ(G.maxFrame(), 112u);
-  EXPECT_TRUE(L.send(std::string(3, 'h'), std::string(109, 'b')));
-  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(110, 'b')));
+  EXPECT_EQ(G.spanMax(), 32u);
+  EXPECT_EQ(G.maxFrame(), 32u * 128 - 16);
+  EXPECT_EQ(G.mappedBytes(), 128u * 128 + 31 * 128);
+  // 112 bytes fill one slot; one more takes two; 4,080 take 32.
+  ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(109, 'b')));
+  EXPECT_EQ(L.W.next(), 1u);
+  ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(110, 'c')));
+  EXPECT_EQ(L.W.next(), 3u);
+  ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(4077, 'd')));
+  EXPECT_EQ(L.W.next(), 35u);
+  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(4078, 'e')))
+      << "a span over a quarter of the ring";
+  EXPECT_EQ(L.W.next(), 35u);
+  std::string H, B;
+  for (auto [Size, C] : {std::pair<size_t, char>{109, 'b'}, {110, 'c'},
+                         {4077, 'd'}}) {
+    ASSERT_TRUE(L.take(H, B));
+    EXPECT_EQ(B, std::string(Size, C));
+  }
+  EXPECT_FALSE(L.take(H, B));
+  // The geometry's rules bound a span by the credit that must come back.
+  EXPECT_EQ((Geometry{64, 8, 8}.spanMax()), 1u);
+  EXPECT_EQ((Geometry{64, 8, 4}.spanMax()), 2u);
+  EXPECT_EQ((Geometry{64, 2, 1}.spanMax()), 1u);
+  EXPECT_EQ((Geometry{65536, 64, 16}.maxFrame()), 65535u);
+}
+
+TEST(Mailbox, SpansWrapIntoTheTailAndArriveWhole) {
+  Geometry G;
+  G.SlotBytes = 64;
+  G.Slots = 16;
+  G.BankSlots = 4; // Spans of up to 4 slots: frames up to 240 bytes.
+  Loop L(G);
+  std::mt19937 Rng(7);
+  // Thirty laps of frames of one to four slots, each body a pattern of its
+  // own: every frame arrives whole, in order, wherever its span starts.
+  unsigned Sent = 0, Got = 0;
+  auto BodyOf = [](unsigned N, size_t Size) {
+    std::string B(Size, '\0');
+    for (size_t I = 0; I < Size; ++I)
+      B[I] = char(N * 31 + I);
+    return B;
+  };
+  std::vector<size_t> Sizes;
+  while (Got < 200) {
+    for (unsigned K = Rng() % 4; K && Sent < 200; --K) {
+      size_t Size = Rng() % 235;
+      if (!L.send("h" + std::to_string(Sent), BodyOf(Sent, Size)))
+        break;
+      Sizes.push_back(Size);
+      ++Sent;
+    }
+    std::string H, B;
+    for (unsigned K = Rng() % 4; K && L.take(H, B); --K) {
+      ASSERT_EQ(H, "h" + std::to_string(Got));
+      ASSERT_EQ(B, BodyOf(Got, Sizes[Got])) << Got;
+      ++Got;
+    }
+  }
+  EXPECT_GT(L.W.next(), 16u * 30) << "fewer laps than meant";
+  std::string H, B;
+  EXPECT_FALSE(L.take(H, B));
+}
+
+TEST(Mailbox, ASpanWaitsForCreditForAllItsSlots) {
+  Geometry G;
+  G.SlotBytes = 64;
+  G.Slots = 8;
+  G.BankSlots = 2; // Spans of up to 2 slots.
+  Loop L(G);
+  std::string Two(60, 't'); // 16 + 1 + 60 bytes: two slots.
+  ASSERT_TRUE(L.send("a", ""));
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(L.L.write("b", Two), Lane::Wrote::Yes) << I;
+  // One slot of credit left: a two-slot frame waits, a one-slot one not.
+  EXPECT_EQ(L.L.write("c", Two), Lane::Wrote::NoCredit);
+  EXPECT_EQ(L.W.next(), 7u);
+  EXPECT_EQ(L.L.write("d", ""), Lane::Wrote::Yes);
+  EXPECT_EQ(L.L.write("e", ""), Lane::Wrote::NoCredit);
+  // The receiver takes the first two frames (three slots): one bank back.
   std::string H, B;
   ASSERT_TRUE(L.take(H, B));
-  EXPECT_EQ(B.size(), 109u);
+  ASSERT_TRUE(L.take(H, B));
+  EXPECT_EQ(L.released(), 2u);
+  EXPECT_EQ(L.L.write("c", Two), Lane::Wrote::Yes);
+  EXPECT_EQ(L.L.write("e", ""), Lane::Wrote::NoCredit);
+  for (const char *Want : {"b", "b", "d", "c"}) {
+    ASSERT_TRUE(L.take(H, B));
+    EXPECT_EQ(H, Want);
+  }
+  EXPECT_FALSE(L.take(H, B));
+}
+
+TEST(Mailbox, PayloadInsideASpanNeverReadsAsTheNextSignal) {
+  Geometry G;
+  G.SlotBytes = 64;
+  G.Slots = 8;
+  G.BankSlots = 2; // Spans of up to 2 slots.
+  Loop L(G);
+  // A frame over slots 0 and 1 whose bytes at slot 1's signal word are the
+  // signal the receiver will wait for there in the next lap (message
+  // number 9, one slot): frame byte 48 is at slot offset 64.
+  std::string Body(100, 'x');
+  uint64_t Forged = signalOf(9, 1);
+  std::memcpy(&Body[48 - 1], &Forged, 8); // After a 1-byte header.
+  ASSERT_TRUE(L.send("A", Body));
+  for (int I = 0; I < 6; ++I)
+    ASSERT_TRUE(L.send("s", ""));
+  std::string H, B;
+  for (int I = 0; I < 7; ++I)
+    ASSERT_TRUE(L.take(H, B));
+  // Slot 1's word was zeroed when the frame was taken.
+  EXPECT_EQ(loadWord(L.Ring.data() + 64, __ATOMIC_RELAXED), 0u);
+  // Next lap: number 8 in slot 0 arrives; nothing was written at 9.
+  ASSERT_TRUE(L.send("n", ""));
+  ASSERT_TRUE(L.take(H, B));
+  EXPECT_EQ(H, "n");
+  EXPECT_FALSE(L.take(H, B)) << "a frame's payload read as a signal";
+}
+
+TEST(Mailbox, SignalWordsNameTheSpanAndABadSpanIsADefect) {
+  Geometry G; // spanMax 32
+  Reader R(G);
+  EXPECT_TRUE(R.isNext(signalOf(0, 1)));
+  EXPECT_EQ(R.spanOf(signalOf(0, 1)), 1u);
+  EXPECT_EQ(R.spanOf(signalOf(0, 32)), 32u);
+  EXPECT_EQ(R.spanOf(signalOf(0, 33)), 0u) << "a span the ring cannot hold";
+  EXPECT_FALSE(R.isNext(0)) << "a zeroed word";
+  EXPECT_FALSE(R.isNext(signalOf(1, 1)));
+  R.take(5);
+  EXPECT_TRUE(R.isNext(signalOf(5, 2)));
+  EXPECT_FALSE(R.isNext(signalOf(5 - 128, 2))) << "the slot's last lap";
+  // The count wraps at 48 bits; the span's bits keep a signal from 0.
+  EXPECT_EQ(signalOf(CountMask, 1), uint64_t(1) << SpanShift);
 }
 
 TEST(Mailbox, TheAmCountTravelsWithTheFrame) {
@@ -156,7 +287,7 @@ TEST(Mailbox, ALaneWaitsForItsReceiverAndSaysWhenToRingItsDoorbell) {
   G.SlotBytes = 64;
   G.Slots = 4;
   G.BankSlots = 2;
-  std::vector<char> Ring(G.bytes(), 0);
+  std::vector<char> Ring(G.mappedBytes(), 0);
   alignas(64) char Flags[FlagsBytes] = {};
   uint32_t AmSent = 5;
   uint64_t Sent = 0;
@@ -250,11 +381,11 @@ TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
   EXPECT_EQ(llvm::toString(Long.takeError()),
             "malformed mailbox offer: 40 bytes, the remote key needs 39");
   std::string Bad = B;
-  Bad[0] = 2;
+  Bad[0] = 1; // One frame per slot: not this ring.
   auto V = decodeOffer(Bad);
   ASSERT_FALSE(!!V);
   EXPECT_EQ(llvm::toString(V.takeError()),
-            "malformed mailbox offer: version 2 (this runtime reads 1)");
+            "malformed mailbox offer: version 1 (this runtime reads 2)");
   Bad = B;
   llvm::support::endian::write32le(&Bad[5], 33); // Not a power of two.
   auto S = decodeOffer(Bad);
