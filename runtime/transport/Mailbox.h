@@ -68,12 +68,12 @@ struct Geometry {
 
   /// The ring's size in bytes, without the tail.
   size_t bytes() const { return size_t(SlotBytes) * Slots; }
-  /// The most slots one frame spans: a quarter of the ring, and no more
-  /// than the credit a sender is sure to get back once the receiver took
-  /// everything (Slots - BankSlots + 1), so that a span never waits for
-  /// credit that cannot come.
+  /// The most slots one frame spans: half the ring (two such frames may be
+  /// in flight), and no more than the credit a sender is sure to get back
+  /// once the receiver took everything (Slots - BankSlots + 1), so that a
+  /// span never waits for credit that cannot come.
   uint32_t spanMax() const {
-    uint32_t Max = std::min(Slots / 4, Slots - BankSlots + 1);
+    uint32_t Max = std::min(Slots / 2, Slots - BankSlots + 1);
     return Max ? Max : 1;
   }
   /// The memory registered for the ring: the ring and its tail.

@@ -130,32 +130,33 @@ TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
   EXPECT_EQ(L.R.release(), 0u);
 }
 
-TEST(Mailbox, FramesSpanSlotsUpToAQuarterOfTheRing) {
+TEST(Mailbox, FramesSpanSlotsUpToHalfTheRing) {
   Geometry G; // 128 slots of 128 bytes
   Loop L(G);
-  EXPECT_EQ(G.spanMax(), 32u);
-  EXPECT_EQ(G.maxFrame(), 32u * 128 - 16);
-  EXPECT_EQ(G.mappedBytes(), 128u * 128 + 31 * 128);
-  // 112 bytes fill one slot; one more takes two; 4,080 take 32.
+  EXPECT_EQ(G.spanMax(), 64u);
+  EXPECT_EQ(G.maxFrame(), 64u * 128 - 16);
+  EXPECT_EQ(G.mappedBytes(), 128u * 128 + 63 * 128);
+  // 112 bytes fill one slot; one more takes two; 8,176 take 64.
   ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(109, 'b')));
   EXPECT_EQ(L.W.next(), 1u);
   ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(110, 'c')));
   EXPECT_EQ(L.W.next(), 3u);
-  ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(4077, 'd')));
-  EXPECT_EQ(L.W.next(), 35u);
-  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(4078, 'e')))
-      << "a span over a quarter of the ring";
-  EXPECT_EQ(L.W.next(), 35u);
+  ASSERT_TRUE(L.send(std::string(3, 'h'), std::string(8173, 'd')));
+  EXPECT_EQ(L.W.next(), 67u);
+  EXPECT_FALSE(L.send(std::string(3, 'h'), std::string(8174, 'e')))
+      << "a span over half the ring";
+  EXPECT_EQ(L.W.next(), 67u);
   std::string H, B;
   for (auto [Size, C] : {std::pair<size_t, char>{109, 'b'}, {110, 'c'},
-                         {4077, 'd'}}) {
+                         {8173, 'd'}}) {
     ASSERT_TRUE(L.take(H, B));
     EXPECT_EQ(B, std::string(Size, C));
   }
   EXPECT_FALSE(L.take(H, B));
   // The geometry's rules bound a span by the credit that must come back.
   EXPECT_EQ((Geometry{64, 8, 8}.spanMax()), 1u);
-  EXPECT_EQ((Geometry{64, 8, 4}.spanMax()), 2u);
+  EXPECT_EQ((Geometry{64, 8, 4}.spanMax()), 4u);
+  EXPECT_EQ((Geometry{64, 8, 2}.spanMax()), 4u);
   EXPECT_EQ((Geometry{64, 2, 1}.spanMax()), 1u);
   EXPECT_EQ((Geometry{65536, 64, 16}.maxFrame()), 65535u);
 }
@@ -164,10 +165,10 @@ TEST(Mailbox, SpansWrapIntoTheTailAndArriveWhole) {
   Geometry G;
   G.SlotBytes = 64;
   G.Slots = 16;
-  G.BankSlots = 4; // Spans of up to 4 slots: frames up to 240 bytes.
+  G.BankSlots = 4; // Spans of up to 8 slots: frames up to 496 bytes.
   Loop L(G);
   std::mt19937 Rng(7);
-  // Thirty laps of frames of one to four slots, each body a pattern of its
+  // Thirty laps of frames of one to eight slots, each body a pattern of its
   // own: every frame arrives whole, in order, wherever its span starts.
   unsigned Sent = 0, Got = 0;
   auto BodyOf = [](unsigned N, size_t Size) {
@@ -179,7 +180,7 @@ TEST(Mailbox, SpansWrapIntoTheTailAndArriveWhole) {
   std::vector<size_t> Sizes;
   while (Got < 200) {
     for (unsigned K = Rng() % 4; K && Sent < 200; --K) {
-      size_t Size = Rng() % 235;
+      size_t Size = Rng() % 480;
       if (!L.send("h" + std::to_string(Sent), BodyOf(Sent, Size)))
         break;
       Sizes.push_back(Size);
@@ -201,7 +202,7 @@ TEST(Mailbox, ASpanWaitsForCreditForAllItsSlots) {
   Geometry G;
   G.SlotBytes = 64;
   G.Slots = 8;
-  G.BankSlots = 2; // Spans of up to 2 slots.
+  G.BankSlots = 2; // Spans of up to 4 slots.
   Loop L(G);
   std::string Two(60, 't'); // 16 + 1 + 60 bytes: two slots.
   ASSERT_TRUE(L.send("a", ""));
@@ -230,7 +231,7 @@ TEST(Mailbox, PayloadInsideASpanNeverReadsAsTheNextSignal) {
   Geometry G;
   G.SlotBytes = 64;
   G.Slots = 8;
-  G.BankSlots = 2; // Spans of up to 2 slots.
+  G.BankSlots = 2; // Spans of up to 4 slots.
   Loop L(G);
   // A frame over slots 0 and 1 whose bytes at slot 1's signal word are the
   // signal the receiver will wait for there in the next lap (message
@@ -254,12 +255,12 @@ TEST(Mailbox, PayloadInsideASpanNeverReadsAsTheNextSignal) {
 }
 
 TEST(Mailbox, SignalWordsNameTheSpanAndABadSpanIsADefect) {
-  Geometry G; // spanMax 32
+  Geometry G; // spanMax 64
   Reader R(G);
   EXPECT_TRUE(R.isNext(signalOf(0, 1)));
   EXPECT_EQ(R.spanOf(signalOf(0, 1)), 1u);
-  EXPECT_EQ(R.spanOf(signalOf(0, 32)), 32u);
-  EXPECT_EQ(R.spanOf(signalOf(0, 33)), 0u) << "a span the ring cannot hold";
+  EXPECT_EQ(R.spanOf(signalOf(0, 64)), 64u);
+  EXPECT_EQ(R.spanOf(signalOf(0, 65)), 0u) << "a span the ring cannot hold";
   EXPECT_FALSE(R.isNext(0)) << "a zeroed word";
   EXPECT_FALSE(R.isNext(signalOf(1, 1)));
   R.take(5);
@@ -311,8 +312,9 @@ TEST(Mailbox, ALaneWaitsForItsReceiverAndSaysWhenToRingItsDoorbell) {
   EXPECT_EQ(M->Body, "body");
   EXPECT_EQ(M->AmBefore, 5u);
   EXPECT_EQ(Sent, 1u);
-  // Too big for a 64-byte slot: not written, the next slot stays free.
-  EXPECT_EQ(L.write("h", std::string(48, 'b')), Lane::Wrote::No);
+  // Too big for a span of two 64-byte slots (half the ring): not written,
+  // the next slot stays free.
+  EXPECT_EQ(L.write("h", std::string(112, 'b')), Lane::Wrote::No);
   // The receiver sleeps: the frame is written and its doorbell asked for.
   storeWord(Flags + AsleepOffset, 1);
   EXPECT_EQ(L.write("h", "2"), Lane::Wrote::Doorbell);

@@ -1579,17 +1579,17 @@ struct MailboxPair {
 };
 
 TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
-  // Small frames through the lane (the runtime's fast path) or trySendNow()
-  // go by mailbox; frames too big for a
-  // slot, frames sent with send() (a completion to report), and frames
+  // Frames through the lane (the runtime's fast path) or trySendNow() go
+  // by mailbox, in one slot or a span of several; frames too big for a
+  // span, frames sent with send() (a completion to report), and frames
   // when the ring has no credit go as AMs. B delivers all of them in the
   // order A sent them.
   MailboxPair P;
   P.setUp();
   std::mt19937 Rng(5);
-  for (int Burst = 0; Burst < 30; ++Burst) {
+  for (int Burst = 0; Burst < 60; ++Burst) {
     // Bursts without B's progress fill the 128-slot ring.
-    for (int I = 0; I < 300; ++I) {
+    for (int I = 0; I < 150; ++I) {
       switch (Rng() % 6) {
       case 0:
         P.sendByLane(pattern(Rng() % 40, I));
@@ -1601,9 +1601,15 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
       case 3:
         P.send(pattern(Rng() % 40, I), false);
         break;
-      case 4:
-        P.send(pattern(300, I), true); // More than a 128-byte slot holds.
+      case 4: { // A span of 2 to 64 slots, or more than a span holds.
+        unsigned Kind = Rng() % 8;
+        P.send(pattern(Kind < 6 ? 100 + Rng() % 500
+                       : Kind == 6 ? 100 + Rng() % 8070
+                                   : 8171,
+                       I),
+               true);
         break;
+      }
       default:
         P.send(pattern(Rng() % 8 ? 9 : 70000, I), Rng() % 2); // Rendezvous.
       }
@@ -1614,6 +1620,10 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
       P.A->progress();
       P.B->progress();
     }
+    // Now and then everything arrives: the frames waiting for credit are
+    // written, and the lane opens again.
+    if (Burst % 4 == 3)
+      P.expectAllInOrder();
   }
   P.expectAllInOrder();
   TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
@@ -1621,7 +1631,7 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   EXPECT_GT(SA.MailboxNoCredit, 0u) << "the ring never ran full";
   // The lane wrote frames, and was closed while frames waited for credit
   // (had it stayed open, its frames would have overtaken them).
-  EXPECT_GT(P.ByLane, 20u);
+  EXPECT_GT(P.ByLane, 20u) << P.LaneClosed << " closed";
   EXPECT_GT(P.LaneClosed, 0u);
   EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
   EXPECT_EQ(SB.DroppedFrames, 0u);
