@@ -7,9 +7,9 @@
 // one slot for a small frame, more for a larger one) through UCX's mapping
 // of the ring (the content, then the signal word of its first slot) and the
 // receiver, polling the signal word of the slot it expects next, hands the
-// frame on in place, as if it had come as an active message. Credit goes back by put too: the receiver
-// writes how many slots it has released into a word of the sender's own
-// registered memory, a bank of slots at a time. docs/wire-format.md,
+// frame on in place, as if it had come as an active message. Credit goes
+// back by put too: the receiver writes how many slots it has released into
+// a word of the sender's own registered memory, a bank of slots at a time. docs/wire-format.md,
 // "Mailboxes", gives every byte.
 //
 // This file is the part without UCX: the slot and record layouts (decoded
@@ -220,17 +220,17 @@ class Writer {
 public:
   explicit Writer(Geometry G) : G(G) {}
   const Geometry &shape() const { return G; }
-  /// Messages written so far; the next one goes to slot next() % Slots.
+  /// Slots written so far; the next span starts at slot next() % Slots.
   uint64_t next() const { return Written; }
   /// Whether a frame of \p Bytes (header + body) fits a span.
   bool fits(size_t Bytes) const { return Bytes <= G.maxFrame(); }
-  /// How many messages may be written from next() on, given the
+  /// How many slots may be written from next() on, given the
   /// receiver's Released count: slots whose previous occupants it has
   /// released.
   uint64_t credit(uint64_t Released) const {
     return Released + G.Slots - Written;
   }
-  /// The byte offset of message \p N's slot in the ring.
+  /// The byte offset of slot number \p N in the ring.
   uint64_t slotOffset(uint64_t N) const {
     return (N & (G.Slots - 1)) * uint64_t(G.SlotBytes);
   }
@@ -248,7 +248,7 @@ class Reader {
 public:
   explicit Reader(Geometry G) : G(G) {}
   const Geometry &shape() const { return G; }
-  /// The number of the next message expected (its slot is
+  /// The slot number where the next message's span starts (at
   /// slotOffset(next())).
   uint64_t next() const { return Consumed; }
   uint64_t slotOffset(uint64_t N) const {
