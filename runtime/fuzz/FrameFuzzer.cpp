@@ -8,7 +8,8 @@
 // A Hello frame's capability record decodes to what it re-encodes to.
 // The same bytes read as a batch body (Batch.h) must split into records
 // that rebuild it exactly, or stop at a defect; read as a mailbox slot
-// (Mailbox.h), a frame within the slot or an error; read as a mailbox offer
+// (Mailbox.h), a frame within the slot or an error, and a signal word a
+// span within the ring's mapping; read as a mailbox offer
 // or accept record, what decodes re-encodes to the same bytes.
 //
 //===----------------------------------------------------------------------===//
@@ -21,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   llvm::StringRef Bytes(reinterpret_cast<const char *>(Data), Size);
@@ -70,6 +72,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
       __builtin_trap();
   } else {
     llvm::consumeError(Slot.takeError());
+  }
+  // A signal word read from a slot names a span that stays within the
+  // ring's mapping wherever it starts, even from the last slot.
+  if (Bytes.size() >= 8) {
+    tc::mailbox::Geometry G{64, 8, 2};
+    tc::mailbox::Reader R(G);
+    uint64_t Signal;
+    std::memcpy(&Signal, Bytes.data(), 8);
+    uint32_t Span = R.spanOf(Signal);
+    if (Span > G.spanMax() ||
+        (G.Slots - 1) * size_t(G.SlotBytes) + Span * size_t(G.SlotBytes) >
+            G.mappedBytes())
+      __builtin_trap();
   }
   // Mailbox records have one encoding each.
   if (llvm::Expected<tc::mailbox::Offer> O = tc::mailbox::decodeOffer(Bytes)) {
