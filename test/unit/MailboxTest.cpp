@@ -199,11 +199,7 @@ TEST(Mailbox, SpansWrapIntoTheTailAndArriveWhole) {
 }
 
 TEST(Mailbox, ASpanWaitsForCreditForAllItsSlots) {
-  Geometry G;
-  G.SlotBytes = 64;
-  G.Slots = 8;
-  G.BankSlots = 2; // Spans of up to 4 slots.
-  Loop L(G);
+  Loop L(Geometry{64, 8, 2}); // Spans of up to 4 slots.
   std::string Two(60, 't'); // 16 + 1 + 60 bytes: two slots.
   ASSERT_TRUE(L.send("a", ""));
   for (int I = 0; I < 3; ++I)
@@ -228,11 +224,7 @@ TEST(Mailbox, ASpanWaitsForCreditForAllItsSlots) {
 }
 
 TEST(Mailbox, PayloadInsideASpanNeverReadsAsTheNextSignal) {
-  Geometry G;
-  G.SlotBytes = 64;
-  G.Slots = 8;
-  G.BankSlots = 2; // Spans of up to 4 slots.
-  Loop L(G);
+  Loop L(Geometry{64, 8, 2}); // Spans of up to 4 slots.
   // A frame over slots 0 and 1 whose bytes at slot 1's signal word are the
   // signal the receiver will wait for there in the next lap (message
   // number 9, one slot): frame byte 48 is at slot offset 64.
