@@ -224,15 +224,17 @@ typedef struct tc_worker_params {
     tc_bootstrap_t       bootstrap;   /**< Default TC_BOOTSTRAP_NONE. */
     /** Non-zero (the default): reactive mailboxes. The worker offers each
      *  peer a ring of slots in registered memory; a peer whose process UCX
-     *  can map it into (shared memory) writes small messages sent without
-     *  a callback into it with one-sided puts, which this worker polls
-     *  instead of receiving active messages, and this worker does the same
-     *  with the rings its peers offer. Elsewhere (TCP, RDMA, messages too
-     *  big for a slot or sent with a callback, a full ring) messages go as
-     *  active messages; the order of messages on an endpoint is kept across
-     *  both paths. An idle worker in tc_worker_wait() watches its rings for
-     *  a bounded spin, then sleeps; senders then wake it. Zero: active
-     *  messages only. See docs/transport.md, "Mailboxes". */
+     *  can map it into (shared memory) writes messages sent without a
+     *  callback into it, straight into its memory (up to 8,176 bytes of
+     *  header and payload: half the ring), which this worker polls instead
+     *  of receiving active messages, and this worker does the same with
+     *  the rings its peers offer; a full ring makes them wait for the
+     *  receiver. Elsewhere (TCP, RDMA, larger messages or ones sent with a
+     *  callback) messages go as active messages; the order of messages on
+     *  an endpoint is kept across both paths. An idle worker in
+     *  tc_worker_wait() watches its rings for a bounded spin, then sleeps;
+     *  senders then wake it. Zero: active messages only. See
+     *  docs/transport.md, "Mailboxes". */
     int                  mailbox;
     /** Non-zero (the default): code that arrives for an identity this
      *  worker has not loaded is verified and compiled on a helper thread
