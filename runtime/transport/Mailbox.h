@@ -218,12 +218,12 @@ inline bool parseSlot(llvm::StringRef Slot, SlotMessage &M) {
 /// allows writing it.
 class Writer {
 public:
-  explicit Writer(Geometry G) : G(G) {}
+  explicit Writer(Geometry G) : G(G), MaxFrame(G.maxFrame()) {}
   const Geometry &shape() const { return G; }
   /// Slots written so far; the next span starts at slot next() % Slots.
   uint64_t next() const { return Written; }
   /// Whether a frame of \p Bytes (header + body) fits a span.
-  bool fits(size_t Bytes) const { return Bytes <= G.maxFrame(); }
+  bool fits(size_t Bytes) const { return Bytes <= MaxFrame; }
   /// How many slots may be written from next() on, given the
   /// receiver's Released count: slots whose previous occupants it has
   /// released.
@@ -239,6 +239,7 @@ public:
 
 private:
   Geometry G;
+  size_t MaxFrame; ///< G.maxFrame(), asked once per frame written.
   uint64_t Written = 0;
 };
 
@@ -246,7 +247,7 @@ private:
 /// when slots go back to the sender.
 class Reader {
 public:
-  explicit Reader(Geometry G) : G(G) {}
+  explicit Reader(Geometry G) : G(G), SpanMax(G.spanMax()) {}
   const Geometry &shape() const { return G; }
   /// The slot number where the next message's span starts (at
   /// slotOffset(next())).
@@ -263,7 +264,7 @@ public:
   /// drops one slot).
   uint32_t spanOf(uint64_t Signal) const {
     uint32_t Span = uint32_t(Signal >> SpanShift);
-    return Span <= G.spanMax() ? Span : 0;
+    return Span <= SpanMax ? Span : 0;
   }
   /// The next message, of \p Span slots, is taken (delivered or dropped):
   /// the one after it is expected now. Its slots stay the receiver's until
@@ -292,6 +293,7 @@ public:
 
 private:
   Geometry G;
+  uint32_t SpanMax; ///< G.spanMax(), asked once per frame taken.
   uint64_t Consumed = 0;
   uint64_t Released = 0;
 };
