@@ -41,6 +41,7 @@
 
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/SmallString.h"
 #include "llvm/Support/Endian.h"
@@ -359,6 +360,9 @@ private:
     unsigned LargeHeld = 0;
     /// Bytes of copied large bodies in Backlog (see MaxCopiedBacklog).
     size_t CopiedBytes = 0;
+    /// Bytes Pending's frames take, their copies and entries (also held to
+    /// MaxCopiedBacklog).
+    size_t PendingBytes = 0;
     /// Large frames in Backlog (see MaxLargeWaiting), and whether send()
     /// gave up waiting for them (until they have left).
     unsigned LargeWaiting = 0;
@@ -399,6 +403,9 @@ private:
       unique_function<void(Error)> Done;
     };
     std::deque<Waiting> Pending;
+    static size_t pendingBytes(const Waiting &W) {
+      return sizeof(Waiting) + W.Header.size() + W.Body.size();
+    }
   };
 
   UcxTransport() = default;
@@ -437,7 +444,7 @@ private:
   bool appendToOpenBatch(Conn &Co, StringRef Header, StringRef Body);
   /// Whether \p Co's backlog is over its bounds: makeRoom() then waits.
   bool overBounds(const Conn &Co) const {
-    return Co.CopiedBytes > MaxCopiedBacklog ||
+    return Co.CopiedBytes + Co.PendingBytes > MaxCopiedBacklog ||
            (Co.LargeWaiting > MaxLargeWaiting && !Co.NoLargeWait);
   }
   /// Sends \p Header + \p Body as one InlineAmId message that UCX
@@ -560,7 +567,12 @@ private:
                     unique_function<void(Error)> &&Done, bool Room);
   /// Sends what waits in \p C's Pending, in order, while the ring has
   /// credit; with \p All, the frames the ring has no room for go as AMs.
+  /// Sends made meanwhile do not wait for room (makeRoom() calls this).
   void flushPending(ConnId C, Conn &Co, bool All);
+  /// Puts a frame behind those in \p Co's Pending, then, as for the
+  /// backlog, waits for room when Pending is over its bounds.
+  void queuePending(ConnId C, Conn &Co, bool Mailbox, StringRef Header,
+                    StringRef Body, unique_function<void(Error)> &&Done);
   LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
   /// Reports the connections in Ended closed, each once what its peer sent
   /// before the goodbye has been delivered (its ring drained, no frame
@@ -661,10 +673,12 @@ private:
   static void onRecvDone(void *Req, ucs_status_t S, size_t Len, void *User);
   /// Ends a rendezvous receive: \p A is complete, or dropped with \p S.
   void received(Arrival *A, ucs_status_t S);
-  /// Progresses UCX until \p C's copied backlog is down to half of
+  /// Progresses UCX (and writes Pending's frames as credit comes back)
+  /// until \p C's copied backlog and Pending are down to half of
   /// MaxCopiedBacklog and its waiting large frames to half of
   /// MaxLargeWaiting (or the connection fails, or nothing moves for 5 s),
-  /// with every delivery recorded for the next progress().
+  /// with every delivery (our rings' frames too) recorded for the next
+  /// progress().
   LLVM_ATTRIBUTE_NOINLINE void makeRoom(ConnId C);
   /// Delivers what was recorded while send() made room, in order.
   LLVM_ATTRIBUTE_NOINLINE void replay();
@@ -755,6 +769,9 @@ private:
   /// not wait for room then, a progress() called by such a handler does
   /// all but progress UCX, and wait() returns at once.
   bool InUcx = false;
+  /// Inside makeRoom() or flushPending(): sends do not wait for room
+  /// (again).
+  bool InWait = false;
   unsigned progressUcx() {
     if (LLVM_UNLIKELY(InUcx))
       return 0;
@@ -1111,7 +1128,7 @@ inline void UcxTransport::sendFrame(ConnId C, StringRef Header, StringRef Body,
     return;
   }
   if (LLVM_UNLIKELY(!Co->Pending.empty())) { // Behind frames that wait.
-    Co->Pending.push_back({false, Header.str(), Body.str(), std::move(Done)});
+    queuePending(C, *Co, /*Mailbox=*/false, Header, Body, std::move(Done));
     return;
   }
   sendFrameNow(C, Co, Header, Body, std::move(Done), Room);
@@ -1146,7 +1163,7 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
                                    : Coalesce && (Co->Held || Again);
   if (Wait || !Co->Backlog.empty()) {
     backlog(*Co, C, Header, Body, std::move(Done));
-    if (LLVM_UNLIKELY(overBounds(*Co)) && !InUcx)
+    if (LLVM_UNLIKELY(overBounds(*Co)) && !InUcx && !InWait)
       makeRoom(C);
     return;
   }
@@ -1212,7 +1229,7 @@ UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
     // queued as an AM by sendFrame().
     if (!Co.Out->Lane->writer().fits(Header.size() + Body.size()))
       return SlotOutcome::Declined;
-    Co.Pending.push_back({true, Header.str(), Body.str(), nullptr});
+    queuePending(C, Co, /*Mailbox=*/true, Header, Body, nullptr);
     return SlotOutcome::Taken;
   }
   switch (writeSlot(Co, C, Header, Body)) {
@@ -1222,10 +1239,10 @@ UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
   case mailbox::Lane::Wrote::NoCredit:
     // The sender waits for the receiver, in order, rather than sending
     // AMs it would have to deliver more slowly behind the ring.
-    Co.Pending.push_back({true, Header.str(), Body.str(), nullptr});
-    gateLane(Co); // Closed to the runtime until Pending is written.
-    PendingConns.push_back(C);
+    if (!is_contained(PendingConns, C))
+      PendingConns.push_back(C);
     Chores = true;
+    queuePending(C, Co, /*Mailbox=*/true, Header, Body, nullptr);
     return SlotOutcome::Taken;
   case mailbox::Lane::Wrote::No:
     break;
@@ -2055,14 +2072,16 @@ void UcxTransport::makeRoom(ConnId C) {
   }
   size_t Least = SIZE_MAX;
   auto Since = std::chrono::steady_clock::now();
+  InWait = true;
+  scope_exit Out([&] { InWait = false; });
   for (unsigned I = 1;; ++I) {
     Conn *Co = findConn(C);
     if (!Co || !Co->Ep ||
-        (Co->CopiedBytes <= MaxCopiedBacklog / 2 &&
+        (Co->CopiedBytes + Co->PendingBytes <= MaxCopiedBacklog / 2 &&
          Co->LargeWaiting <= MaxLargeWaiting / 2))
       return;
-    // Either count going down is progress.
-    size_t Left = Co->CopiedBytes + Co->LargeWaiting;
+    // Any count going down is progress.
+    size_t Left = Co->CopiedBytes + Co->PendingBytes + Co->LargeWaiting;
     if (Left < Least) {
       Least = Left;
       Since = std::chrono::steady_clock::now();
@@ -2075,13 +2094,21 @@ void UcxTransport::makeRoom(ConnId C) {
       auto Idle = std::chrono::steady_clock::now() - Since;
       if (Idle > std::chrono::seconds(5))
         return;
-      if (Co->CopiedBytes <= MaxCopiedBacklog / 2 &&
+      if (Co->CopiedBytes + Co->PendingBytes <= MaxCopiedBacklog / 2 &&
           Idle > std::chrono::milliseconds(50)) {
         Co->NoLargeWait = true;
         return;
       }
     }
     progressUcx();
+    // Frames in our rings are taken (recorded) too: a peer that waits for
+    // room in them as we do in its ring would otherwise wait for us.
+    if (!Rings.empty() && ringsReady() && pollRings() &&
+        !(Co = findConn(C)))
+      return;
+    // Credit the receiver gave back (its puts need no progress here).
+    if (!Co->Pending.empty())
+      flushPending(C, *Co, /*All=*/false);
     flushBacklog(*Co, C, /*All=*/false);
   }
 }
@@ -2249,22 +2276,39 @@ void UcxTransport::laneDoorbell(ConnId C) {
 }
 
 void UcxTransport::flushPending(ConnId C, Conn &Co, bool All) {
+  // Frames this sends as AMs may go into the backlog over its bounds: they
+  // were counted in Pending's, so send() does not wait for room here.
+  bool Outer = std::exchange(InWait, true);
   while (!Co.Pending.empty()) {
     Conn::Waiting &W = Co.Pending.front();
     if (W.Mailbox) {
       mailbox::Lane::Wrote R = Co.Out ? writeSlot(Co, C, W.Header, W.Body)
                                       : mailbox::Lane::Wrote::No;
       if (R == mailbox::Lane::Wrote::NoCredit && !All)
-        return;
+        break;
       if (R != mailbox::Lane::Wrote::Yes) // In its place, as an AM.
         sendFrameNow(C, &Co, W.Header, W.Body, nullptr, /*Room=*/false);
     } else {
       sendFrameNow(C, &Co, W.Header, W.Body, std::move(W.Done),
                    /*Room=*/false);
     }
+    Co.PendingBytes -= Conn::pendingBytes(W);
     Co.Pending.pop_front();
   }
+  InWait = Outer;
   gateLane(Co);
+}
+
+void UcxTransport::queuePending(ConnId C, Conn &Co, bool Mailbox,
+                                StringRef Header, StringRef Body,
+                                unique_function<void(Error)> &&Done) {
+  Co.Pending.push_back({Mailbox, Header.str(), Body.str(), std::move(Done)});
+  Co.PendingBytes += Conn::pendingBytes(Co.Pending.back());
+  gateLane(Co); // Closed to the runtime until Pending is written.
+  // A sender faster than the receiver (or one that does not progress)
+  // would otherwise copy into Pending without bound.
+  if (LLVM_UNLIKELY(overBounds(Co)) && !InUcx && !InWait)
+    makeRoom(C);
 }
 
 bool UcxTransport::flushPendings() {

@@ -7,7 +7,8 @@
 // address) instead, for a peer that connects by address, and echoes with
 // trySendNow() first, so echoes go by mailbox where the transport has one.
 // A frame with header "die" is echoed and the process exits at once,
-// before the echo's data can leave.
+// before the echo's data can leave. One with header "nap" is echoed after
+// half a second without progress (a receiver that falls behind).
 // TransportTest starts it. It also exits when its parent goes away or after
 // a minute, so a failed test never leaves it behind.
 //
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <list>
+#include <thread>
 #include <unistd.h>
 
 using namespace tc;
@@ -47,6 +49,8 @@ struct Echo final : TransportHandler {
       T->send(C, Header, Body, nullptr);
       _exit(3);
     }
+    if (Header == "nap")
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
     if (Now && T->trySendNow(C, Header, Body))
       return;
     auto It = Bodies.insert(Bodies.end(), Body.str());

@@ -1729,6 +1729,52 @@ TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
   P.sendThroughLane(/*Open=*/true, "later");
 }
 
+TEST(UcxMailbox, FramesWaitingForCreditAreBoundedBySendWaiting) {
+  // We allow 64 KiB of copies and send 1,000 frames of 2,000 bytes (each
+  // a span of 16 slots of the peer's ring) without calling progress(),
+  // the first while the peer naps: the ring fills, the frames after wait
+  // in Pending, and once those are over the bound, sending waits until the
+  // peer has taken half of them. The peer echoes every frame, through our
+  // ring too, while we wait (so it never waits for us in turn); every echo
+  // arrives, in order.
+  PeerProcess Peer;
+  auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
+  ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+  auto Me = std::make_unique<Side>(ucx(ShmOnly, true, 64 << 10));
+  ASSERT_TRUE(Me->T);
+  auto C = Me->T->connectAddress(Peer.Address);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  size_t Warm = 0; // One at a time, until one went by mailbox.
+  ASSERT_TRUE(pump({Me.get()}, [&] {
+    if (Me->E.Frames.size() == Warm && !Me->T->stats().MailboxSent) {
+      Me->sendNow(*C, "warm", "");
+      ++Warm;
+    }
+    return Me->T->stats().MailboxSent > 0 && Me->E.Frames.size() == Warm;
+  }, 10000));
+  size_t Before = Me->E.Frames.size();
+  TransportStats S0 = Me->T->stats();
+  const unsigned N = 1000;
+  std::vector<std::string> Bodies;
+  for (unsigned I = 0; I < N; ++I) {
+    Bodies.push_back(pattern(2000, I));
+    Me->sendNow(*C, I ? std::to_string(I) : "nap", Bodies[I]);
+  }
+  TransportStats S1 = Me->T->stats();
+  EXPECT_GT(S1.MailboxNoCredit, S0.MailboxNoCredit) << "the ring never ran full";
+  EXPECT_GE(S1.SendWaits, S0.SendWaits + 1) << "Pending grew without bound";
+  ASSERT_TRUE(pump({Me.get()},
+                   [&] { return Me->E.Frames.size() == Before + N; }, 30000))
+      << Me->E.Frames.size() - Before << " of " << N << " echoes";
+  for (unsigned I = 0; I < N; ++I) {
+    ASSERT_EQ(Me->E.Frames[Before + I].Header, I ? std::to_string(I) : "nap");
+    ASSERT_TRUE(Me->E.Frames[Before + I].Body == Bodies[I]) << "body " << I;
+  }
+  EXPECT_GT(Me->T->stats().MailboxSent - S0.MailboxSent, N / 2);
+  for (const std::string &R : Me->Results)
+    EXPECT_EQ(R, "");
+}
+
 TEST(UcxMailbox, ALaneClosesForGoodWithItsConnection) {
   // The runtime keeps its lane past the connection: once A closes it, the
   // lane reads closed, and nothing can be written into the gone ring.
