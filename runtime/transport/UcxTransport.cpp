@@ -569,8 +569,9 @@ private:
   /// credit; with \p All, the frames the ring has no room for go as AMs.
   /// Sends made meanwhile do not wait for room (makeRoom() calls this).
   void flushPending(ConnId C, Conn &Co, bool All);
-  /// Puts a frame behind those in \p Co's Pending, then, as for the
-  /// backlog, waits for room when Pending is over its bounds.
+  /// Puts a frame behind those in \p Co's Pending (first writing those the
+  /// ring has credit for, so that one sent now may go at once), then, as
+  /// for the backlog, waits for room when Pending is over its bounds.
   void queuePending(ConnId C, Conn &Co, bool Mailbox, StringRef Header,
                     StringRef Body, unique_function<void(Error)> &&Done);
   LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
@@ -1229,8 +1230,13 @@ UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
     // queued as an AM by sendFrame().
     if (!Co.Out->Lane->writer().fits(Header.size() + Body.size()))
       return SlotOutcome::Declined;
-    queuePending(C, Co, /*Mailbox=*/true, Header, Body, nullptr);
-    return SlotOutcome::Taken;
+    // Credit may have come back since they were queued: they go first,
+    // and this frame, when they all went, straight into the ring.
+    flushPending(C, Co, /*All=*/false);
+    if (!Co.Pending.empty()) {
+      queuePending(C, Co, /*Mailbox=*/true, Header, Body, nullptr);
+      return SlotOutcome::Taken;
+    }
   }
   switch (writeSlot(Co, C, Header, Body)) {
   case mailbox::Lane::Wrote::Yes:

@@ -1775,6 +1775,33 @@ TEST(UcxMailbox, FramesWaitingForCreditAreBoundedBySendWaiting) {
     EXPECT_EQ(R, "");
 }
 
+TEST(UcxMailbox, FramesWaitingForCreditLeaveWithTheNextSend) {
+  // A fills B's ring; the frames after wait in A for credit. B takes
+  // everything in the ring (credit is back). A's next send writes the
+  // waiting frames, then itself, without A's progress(): B gets them all,
+  // in order, progressing alone.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  uint64_t Full0 = P.A->T->stats().MailboxNoCredit;
+  for (int I = 0; I < 1000 && P.A->T->stats().MailboxNoCredit == Full0; ++I)
+    P.send(pattern(300, I), true);
+  for (int I = 0; I < 20; ++I) // Behind those, in Pending.
+    P.send(pattern(300, 100 + I), true);
+  ASSERT_GT(P.A->T->stats().MailboxNoCredit, Full0) << "the ring never ran full";
+  ASSERT_TRUE(pump({P.B.get()}, [&] {
+    return P.B->T->stats().MailboxReceived == P.A->T->stats().MailboxSent;
+  }));
+  size_t Waiting = P.Headers.size() - P.B->E.Frames.size();
+  ASSERT_GT(Waiting, 20u);
+  P.send("after", true);
+  EXPECT_TRUE(P.A->T->lane(P.C)->isOpen()) << "frames still wait";
+  ASSERT_TRUE(pump({P.B.get()},
+                   [&] { return P.B->E.Frames.size() == P.Headers.size(); }))
+      << P.B->E.Frames.size() << " of " << P.Headers.size();
+  P.expectAllInOrder();
+}
+
 TEST(UcxMailbox, ALaneClosesForGoodWithItsConnection) {
   // The runtime keeps its lane past the connection: once A closes it, the
   // lane reads closed, and nothing can be written into the gone ring.
