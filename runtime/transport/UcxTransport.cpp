@@ -569,9 +569,8 @@ private:
   /// credit; with \p All, the frames the ring has no room for go as AMs.
   /// Sends made meanwhile do not wait for room (makeRoom() calls this).
   void flushPending(ConnId C, Conn &Co, bool All);
-  /// Puts a frame behind those in \p Co's Pending (first writing those the
-  /// ring has credit for, so that one sent now may go at once), then, as
-  /// for the backlog, waits for room when Pending is over its bounds.
+  /// Puts a frame behind those in \p Co's Pending (closing the lane), then,
+  /// as for the backlog, waits for room when Pending is over its bounds.
   void queuePending(ConnId C, Conn &Co, bool Mailbox, StringRef Header,
                     StringRef Body, unique_function<void(Error)> &&Done);
   LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
