@@ -70,15 +70,19 @@ struct TransportStats {
   uint64_t BatchedFrames = 0;  ///< and the frames they carried.
   uint64_t MailboxSent = 0;     ///< Frames written into peers' mailboxes.
   uint64_t MailboxReceived = 0; ///< Frames taken from our mailboxes.
-  uint64_t MailboxNoCredit = 0; ///< Sent as AMs for want of mailbox credit.
+  uint64_t MailboxNoCredit = 0; ///< Writes that found no credit (the frame
+                                ///< waits for it, in order).
   uint64_t Doorbells = 0;       ///< Wake-ups rung for a sleeping receiver.
   /// Receive buffers for large (rendezvous) frames: allocated, and reused
   /// from the transport's pool.
   uint64_t RecvBuffersAllocated = 0;
   uint64_t RecvBuffersReused = 0;
-  /// Times send() waited for a connection's copies of large frames to
-  /// leave (UcxTransport: more than MaxCopiedBacklog bytes of them queued).
+  /// Times send() waited for a connection's copies of large frames, or of
+  /// frames waiting for mailbox credit, to leave (UcxTransport: more than
+  /// MaxCopiedBacklog bytes of them queued), and of those, the times it
+  /// stopped waiting because nothing had moved for 5 s.
   uint64_t SendWaits = 0;
+  uint64_t SendWaitsGivenUp = 0;
   /// Active messages UCX kept past the send call (completed later) rather
   /// than sending them at once.
   uint64_t SendsHeld = 0;

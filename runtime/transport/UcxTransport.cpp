@@ -367,6 +367,9 @@ private:
     /// gave up waiting for them (until they have left).
     unsigned LargeWaiting = 0;
     bool NoLargeWait = false;
+    /// send() gave up waiting for room (nothing moved for 5 s): it waits
+    /// again once the copies are down to half of MaxCopiedBacklog.
+    bool NoCopyWait = false;
     std::deque<Outgoing> Backlog;
     /// The progress() round of this connection's last frame sent at once.
     uint64_t LastRound = 0;
@@ -442,9 +445,17 @@ private:
   /// trySendNow() with coalescing, for a frame that would join the open
   /// batch at the end of its connection's backlog: appends it there.
   bool appendToOpenBatch(Conn &Co, StringRef Header, StringRef Body);
+  /// Copies of \p Co's frames have left: send() waits for room again, if
+  /// it gave up, once they are down to half of MaxCopiedBacklog.
+  void copiesLeft(Conn &Co) const {
+    if (LLVM_UNLIKELY(Co.NoCopyWait) &&
+        Co.CopiedBytes + Co.PendingBytes <= MaxCopiedBacklog / 2)
+      Co.NoCopyWait = false;
+  }
   /// Whether \p Co's backlog is over its bounds: makeRoom() then waits.
   bool overBounds(const Conn &Co) const {
-    return Co.CopiedBytes + Co.PendingBytes > MaxCopiedBacklog ||
+    return (Co.CopiedBytes + Co.PendingBytes > MaxCopiedBacklog &&
+            !Co.NoCopyWait) ||
            (Co.LargeWaiting > MaxLargeWaiting && !Co.NoLargeWait);
   }
   /// Sends \p Header + \p Body as one InlineAmId message that UCX
@@ -1379,6 +1390,7 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
     Co.LargeWaiting -= O.Large;
     if (!Co.LargeWaiting)
       Co.NoLargeWait = false;
+    copiesLeft(Co);
     if (O.AmId == BatchAmId) {
       ++Stats.Batches;
       Stats.BatchedFrames += O.Frames;
@@ -2092,13 +2104,17 @@ void UcxTransport::makeRoom(ConnId C) {
       Since = std::chrono::steady_clock::now();
     } else if ((I & 1023) == 0) {
       // A peer that takes nothing for seconds (alive but not progressing):
-      // stop waiting; the copies then queue as they did before. Large
+      // stop waiting; the copies then queue as they did before, and send()
+      // does not wait again until half of them have left. Large
       // frames that are not copies cost no memory: give up on them after
       // 50 ms (this thread may be the one that progresses the peer), and
       // do not wait for them again until they have left.
       auto Idle = std::chrono::steady_clock::now() - Since;
-      if (Idle > std::chrono::seconds(5))
+      if (Idle > std::chrono::seconds(5)) {
+        ++Stats.SendWaitsGivenUp;
+        Co->NoCopyWait = Co->NoLargeWait = true;
         return;
+      }
       if (Co->CopiedBytes + Co->PendingBytes <= MaxCopiedBacklog / 2 &&
           Idle > std::chrono::milliseconds(50)) {
         Co->NoLargeWait = true;
@@ -2299,6 +2315,7 @@ void UcxTransport::flushPending(ConnId C, Conn &Co, bool All) {
     }
     Co.PendingBytes -= Conn::pendingBytes(W);
     Co.Pending.pop_front();
+    copiesLeft(Co);
   }
   InWait = Outer;
   gateLane(Co);

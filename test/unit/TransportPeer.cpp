@@ -9,6 +9,9 @@
 // A frame with header "die" is echoed and the process exits at once,
 // before the echo's data can leave. One with header "nap" is echoed after
 // half a second without progress (a receiver that falls behind).
+// A frame with header "stats" is answered with the transport's SendWaits
+// and SendWaitsGivenUp: body "WAITS GIVEN_UP". TC_TRANSPORT_PEER_MAX_COPIED=N
+// in the environment sets the transport's MaxCopiedBacklog to N bytes.
 // TransportTest starts it. It also exits when its parent goes away or after
 // a minute, so a failed test never leaves it behind.
 //
@@ -23,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <list>
+#include <string>
 #include <thread>
 #include <unistd.h>
 
@@ -48,6 +52,16 @@ struct Echo final : TransportHandler {
       // peer dies in the middle of a large frame.
       T->send(C, Header, Body, nullptr);
       _exit(3);
+    }
+    if (Header == "stats") {
+      auto It = Bodies.insert(
+          Bodies.end(), std::to_string(T->stats().SendWaits) + " " +
+                            std::to_string(T->stats().SendWaitsGivenUp));
+      T->send(C, Header, *It, [this, It](llvm::Error E) {
+        llvm::consumeError(std::move(E));
+        Bodies.erase(It);
+      });
+      return;
     }
     if (Header == "nap")
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -79,6 +93,8 @@ int main(int Argc, char **Argv) {
   pid_t Parent = getppid();
   UcxTransportOptions Opts;
   Opts.Transports = Argv[1];
+  if (const char *Max = getenv("TC_TRANSPORT_PEER_MAX_COPIED"))
+    Opts.MaxCopiedBacklog = strtoull(Max, nullptr, 10);
   auto T = createUcxTransport(Opts);
   if (!T) {
     llvm::errs() << "tc-transport-peer: " << llvm::toString(T.takeError())

@@ -533,6 +533,42 @@ TEST_P(UcxTransportTest, SendGivesUpWaitingForLargeFramesOnlyThisThreadMoves) {
   }
 }
 
+TEST_P(UcxTransportTest, SendStopsWaitingForCopiesOnceThePeerStalls) {
+  // A allows 1 MiB of copies; nobody progresses B (both in this thread).
+  // A's send() over the bound waits, gives up after 5 s without progress,
+  // and does not wait again while the copies are over half the bound:
+  // the other sends return at once. Every frame arrives once B progresses.
+  A = std::make_unique<Side>(ucx(GetParam(), true, 1 << 20));
+  ASSERT_TRUE(A->T);
+  connect();
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    A->send(AC, "probe", "");
+    return A->T->stats().TokenFrames > 0;
+  }));
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return A->Results.size() == B->E.Frames.size(); }));
+  size_t Before = B->E.Frames.size(), Done = A->Results.size();
+  const unsigned N = 40;
+  std::vector<std::string> Bodies;
+  for (unsigned I = 0; I < N; ++I) {
+    Bodies.push_back(pattern(100000, I));
+    A->send(AC, "C" + std::to_string(I), Bodies[I]);
+  }
+  TransportStats S = A->T->stats();
+  EXPECT_EQ(S.SendWaits, 1u);
+  EXPECT_EQ(S.SendWaitsGivenUp, 1u);
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return B->E.Frames.size() == Before + N; }, 20000));
+  for (unsigned I = 0; I < N; ++I) {
+    EXPECT_EQ(B->E.Frames[Before + I].Header, "C" + std::to_string(I));
+    EXPECT_TRUE(B->E.Frames[Before + I].Body == Bodies[I]) << I;
+  }
+  ASSERT_TRUE(pump({A.get(), B.get()},
+                   [&] { return A->Results.size() == Done + N; }));
+  for (size_t I = Done; I < A->Results.size(); ++I)
+    EXPECT_EQ(A->Results[I], "");
+}
+
 TEST_P(UcxTransportTest, BatchesArriveWhereUcxWouldSendThemByRendezvous) {
   // A user's UCX_RNDV_THRESH (or UCX_MM_SEG_SIZE) below a batch's size:
   // UCX would pick rendezvous for the batch, which the receiver cannot
@@ -1773,6 +1809,64 @@ TEST(UcxMailbox, FramesWaitingForCreditAreBoundedBySendWaiting) {
   EXPECT_GT(Me->T->stats().MailboxSent - S0.MailboxSent, N / 2);
   for (const std::string &R : Me->Results)
     EXPECT_EQ(R, "");
+}
+
+TEST(UcxMailbox, PeersWaitingForRoomInEachOthersRingsBothGoOn) {
+  // Both sides allow 64 KiB of copies. We send 1,000 frames of 2,000 bytes
+  // without progress() (the first while the peer naps), so we wait for
+  // room in the peer's ring; the peer echoes each one from inside its
+  // drain of that ring, fills ours, and waits for room in it too, without
+  // taking more of ours meanwhile. Each side takes the frames of its own
+  // rings while it waits, so neither waits for the other until it gives up
+  // (5 s without progress); every echo arrives, in order.
+  setenv("TC_TRANSPORT_PEER_MAX_COPIED", "65536", 1);
+  PeerProcess Peer;
+  auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
+  unsetenv("TC_TRANSPORT_PEER_MAX_COPIED");
+  ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+  auto Me = std::make_unique<Side>(ucx(ShmOnly, true, 64 << 10));
+  ASSERT_TRUE(Me->T);
+  auto C = Me->T->connectAddress(Peer.Address);
+  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
+  size_t Warm = 0; // One at a time, until both directions use a mailbox.
+  ASSERT_TRUE(pump({Me.get()}, [&] {
+    bool Both = Me->T->stats().MailboxSent && Me->T->stats().MailboxReceived;
+    if (Me->E.Frames.size() == Warm && !Both) {
+      Me->sendNow(*C, "warm", "");
+      ++Warm;
+    }
+    return Both && Me->E.Frames.size() == Warm;
+  }, 10000));
+  size_t Before = Me->E.Frames.size();
+  const unsigned N = 1000;
+  std::vector<std::string> Bodies;
+  for (unsigned I = 0; I < N; ++I) {
+    Bodies.push_back(pattern(2000, I));
+    Me->sendNow(*C, I ? std::to_string(I) : "nap", Bodies[I]);
+  }
+  ASSERT_TRUE(pump({Me.get()},
+                   [&] { return Me->E.Frames.size() == Before + N; }, 30000))
+      << Me->E.Frames.size() - Before << " of " << N << " echoes";
+  for (unsigned I = 0; I < N; ++I) {
+    ASSERT_EQ(Me->E.Frames[Before + I].Header, I ? std::to_string(I) : "nap");
+    ASSERT_TRUE(Me->E.Frames[Before + I].Body == Bodies[I]) << "body " << I;
+  }
+  TransportStats S = Me->T->stats();
+  EXPECT_GE(S.SendWaits, 1u);
+  EXPECT_EQ(S.SendWaitsGivenUp, 0u) << "we waited for the peer until 5 s";
+  EXPECT_GT(S.MailboxReceived, N / 2) << "the echoes did not use our ring";
+  // The peer waited for room in our ring, and never gave up.
+  Me->send(*C, "stats", "");
+  ASSERT_TRUE(pump({Me.get()}, [&] {
+    return Me->E.Frames.size() == Before + N + 1;
+  }));
+  unsigned long Waits = 0, GivenUp = 0;
+  ASSERT_EQ(sscanf(Me->E.Frames.back().Body.c_str(), "%lu %lu", &Waits,
+                   &GivenUp),
+            2)
+      << Me->E.Frames.back().Body;
+  EXPECT_GE(Waits, 1u) << "the peer never waited for room in our ring";
+  EXPECT_EQ(GivenUp, 0u) << "the peer waited for us until 5 s";
 }
 
 TEST(UcxMailbox, FramesWaitingForCreditLeaveWithTheNextSend) {
