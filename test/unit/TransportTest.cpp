@@ -330,6 +330,18 @@ protected:
                      [&] { return B->E.Accepts.size() == 1; }));
     BC = B->E.Accepts[0];
   }
+  /// connect(), then probes until B's welcome gave A its token; the probes
+  /// have all arrived and completed.
+  void connectWithToken() {
+    connect();
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      A->send(AC, "probe", "");
+      return A->T->stats().TokenFrames > 0;
+    }));
+    ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+      return A->Results.size() == B->E.Frames.size();
+    }));
+  }
   std::unique_ptr<Side> A, B;
   ConnId AC = 0, BC = 0;
 };
@@ -512,13 +524,7 @@ TEST_P(UcxTransportTest, SendGivesUpWaitingForLargeFramesOnlyThisThreadMoves) {
   // frames to leave, nobody progresses B, so none does. A gives up once
   // (after 50 ms without progress) and does not wait again until they have
   // left; every frame arrives once B progresses.
-  connect();
-  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
-    A->send(AC, "probe", "");
-    return A->T->stats().TokenFrames > 0;
-  }));
-  ASSERT_TRUE(pump({A.get(), B.get()},
-                   [&] { return A->Results.size() == B->E.Frames.size(); }));
+  ASSERT_NO_FATAL_FAILURE(connectWithToken());
   size_t Before = B->E.Frames.size();
   auto Body = std::make_shared<std::string>(pattern(100000, 5));
   const unsigned N = 30;
@@ -540,13 +546,7 @@ TEST_P(UcxTransportTest, SendStopsWaitingForCopiesOnceThePeerStalls) {
   // the other sends return at once. Every frame arrives once B progresses.
   A = std::make_unique<Side>(ucx(GetParam(), true, 1 << 20));
   ASSERT_TRUE(A->T);
-  connect();
-  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
-    A->send(AC, "probe", "");
-    return A->T->stats().TokenFrames > 0;
-  }));
-  ASSERT_TRUE(pump({A.get(), B.get()},
-                   [&] { return A->Results.size() == B->E.Frames.size(); }));
+  ASSERT_NO_FATAL_FAILURE(connectWithToken());
   size_t Before = B->E.Frames.size(), Done = A->Results.size();
   const unsigned N = 40;
   std::vector<std::string> Bodies;
@@ -1600,6 +1600,14 @@ struct MailboxPair {
     EXPECT_EQ(ByLane, Before + Open);
     expectAllInOrder();
   }
+  /// Sends frames of \p Bytes until one finds B's ring full (and waits).
+  void fillRing(size_t Bytes) {
+    uint64_t Full0 = A->T->stats().MailboxNoCredit;
+    for (int I = 0; I < 1000 && A->T->stats().MailboxNoCredit == Full0; ++I)
+      send(pattern(Bytes, I), true);
+    ASSERT_GT(A->T->stats().MailboxNoCredit, Full0)
+        << "the ring never ran full";
+  }
   /// Everything sent arrived at B, in order.
   void expectAllInOrder() {
     ASSERT_TRUE(pump({A.get(), B.get()},
@@ -1754,10 +1762,7 @@ TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
   MailboxPair P;
   P.setUp();
   P.expectAllInOrder();
-  uint64_t Full0 = P.A->T->stats().MailboxNoCredit;
-  for (int I = 0; I < 1000 && P.A->T->stats().MailboxNoCredit == Full0; ++I)
-    P.send(pattern(8, I), true);
-  ASSERT_GT(P.A->T->stats().MailboxNoCredit, Full0) << "the ring never ran full";
+  ASSERT_NO_FATAL_FAILURE(P.fillRing(8));
   for (int K = 0; K < 20; ++K)
     P.B->progress();
   P.sendThroughLane(/*Open=*/false, "after");
@@ -1765,50 +1770,76 @@ TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
   P.sendThroughLane(/*Open=*/true, "later");
 }
 
-TEST(UcxMailbox, FramesWaitingForCreditAreBoundedBySendWaiting) {
-  // We allow 64 KiB of copies and send 1,000 frames of 2,000 bytes (each
-  // a span of 16 slots of the peer's ring) without calling progress(),
-  // the first while the peer naps: the ring fills, the frames after wait
-  // in Pending, and once those are over the bound, sending waits until the
-  // peer has taken half of them. The peer echoes every frame, through our
-  // ring too, while we wait (so it never waits for us in turn); every echo
-  // arrives, in order.
+/// An echo peer process over shared memory, connected by address, which
+/// echoes through our mailbox ring: we allow 64 KiB of copies (the peer too
+/// with \p PeerBound), and frames went by mailbox (both ways with \p Both).
+struct MailboxEchoPeer {
   PeerProcess Peer;
-  auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
-  ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
-  auto Me = std::make_unique<Side>(ucx(ShmOnly, true, 64 << 10));
-  ASSERT_TRUE(Me->T);
-  auto C = Me->T->connectAddress(Peer.Address);
-  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
-  size_t Warm = 0; // One at a time, until one went by mailbox.
-  ASSERT_TRUE(pump({Me.get()}, [&] {
-    if (Me->E.Frames.size() == Warm && !Me->T->stats().MailboxSent) {
-      Me->sendNow(*C, "warm", "");
-      ++Warm;
-    }
-    return Me->T->stats().MailboxSent > 0 && Me->E.Frames.size() == Warm;
-  }, 10000));
-  size_t Before = Me->E.Frames.size();
-  TransportStats S0 = Me->T->stats();
-  const unsigned N = 1000;
-  std::vector<std::string> Bodies;
-  for (unsigned I = 0; I < N; ++I) {
-    Bodies.push_back(pattern(2000, I));
-    Me->sendNow(*C, I ? std::to_string(I) : "nap", Bodies[I]);
+  std::unique_ptr<Side> Me;
+  ConnId C = 0;
+
+  void start(bool PeerBound, bool Both) {
+    if (PeerBound)
+      setenv("TC_TRANSPORT_PEER_MAX_COPIED", "65536", 1);
+    auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
+    unsetenv("TC_TRANSPORT_PEER_MAX_COPIED");
+    ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
+    Me = std::make_unique<Side>(ucx(ShmOnly, true, 64 << 10));
+    ASSERT_TRUE(Me->T);
+    auto Conn = Me->T->connectAddress(Peer.Address);
+    ASSERT_TRUE(!!Conn) << llvm::toString(Conn.takeError());
+    C = *Conn;
+    size_t Warm = 0; // One at a time, until frames go by mailbox.
+    auto Ready = [&] {
+      return Me->T->stats().MailboxSent &&
+             (!Both || Me->T->stats().MailboxReceived);
+    };
+    ASSERT_TRUE(pump({Me.get()}, [&] {
+      if (Me->E.Frames.size() == Warm && !Ready()) {
+        Me->sendNow(C, "warm", "");
+        ++Warm;
+      }
+      return Ready() && Me->E.Frames.size() == Warm;
+    }, 10000));
   }
-  TransportStats S1 = Me->T->stats();
+  /// Sends \p N frames of 2,000 bytes (spans of 16 slots of the peer's
+  /// ring) without progress(), the first while the peer naps; \p AfterSends
+  /// gets our stats right after. Then every echo arrives, in order.
+  void flood(unsigned N, TransportStats &AfterSends) {
+    size_t Before = Me->E.Frames.size();
+    std::vector<std::string> Bodies;
+    for (unsigned I = 0; I < N; ++I) {
+      Bodies.push_back(pattern(2000, I));
+      Me->sendNow(C, I ? std::to_string(I) : "nap", Bodies[I]);
+    }
+    AfterSends = Me->T->stats();
+    ASSERT_TRUE(pump({Me.get()},
+                     [&] { return Me->E.Frames.size() == Before + N; }, 30000))
+        << Me->E.Frames.size() - Before << " of " << N << " echoes";
+    for (unsigned I = 0; I < N; ++I) {
+      ASSERT_EQ(Me->E.Frames[Before + I].Header,
+                I ? std::to_string(I) : "nap");
+      ASSERT_TRUE(Me->E.Frames[Before + I].Body == Bodies[I]) << "body " << I;
+    }
+    for (const std::string &R : Me->Results)
+      EXPECT_EQ(R, "");
+  }
+};
+
+TEST(UcxMailbox, FramesWaitingForCreditAreBoundedBySendWaiting) {
+  // We allow 64 KiB of copies and send 1,000 frames of 2,000 bytes without
+  // calling progress(), the first while the peer naps: its ring fills, the
+  // frames after wait in Pending, and once those are over the bound,
+  // sending waits until the peer has taken half of them. Every echo
+  // arrives, in order.
+  MailboxEchoPeer P;
+  ASSERT_NO_FATAL_FAILURE(P.start(/*PeerBound=*/false, /*Both=*/false));
+  TransportStats S0 = P.Me->T->stats(), S1;
+  const unsigned N = 1000;
+  ASSERT_NO_FATAL_FAILURE(P.flood(N, S1));
   EXPECT_GT(S1.MailboxNoCredit, S0.MailboxNoCredit) << "the ring never ran full";
   EXPECT_GE(S1.SendWaits, S0.SendWaits + 1) << "Pending grew without bound";
-  ASSERT_TRUE(pump({Me.get()},
-                   [&] { return Me->E.Frames.size() == Before + N; }, 30000))
-      << Me->E.Frames.size() - Before << " of " << N << " echoes";
-  for (unsigned I = 0; I < N; ++I) {
-    ASSERT_EQ(Me->E.Frames[Before + I].Header, I ? std::to_string(I) : "nap");
-    ASSERT_TRUE(Me->E.Frames[Before + I].Body == Bodies[I]) << "body " << I;
-  }
-  EXPECT_GT(Me->T->stats().MailboxSent - S0.MailboxSent, N / 2);
-  for (const std::string &R : Me->Results)
-    EXPECT_EQ(R, "");
+  EXPECT_GT(P.Me->T->stats().MailboxSent - S0.MailboxSent, N / 2);
 }
 
 TEST(UcxMailbox, PeersWaitingForRoomInEachOthersRingsBothGoOn) {
@@ -1819,52 +1850,25 @@ TEST(UcxMailbox, PeersWaitingForRoomInEachOthersRingsBothGoOn) {
   // taking more of ours meanwhile. Each side takes the frames of its own
   // rings while it waits, so neither waits for the other until it gives up
   // (5 s without progress); every echo arrives, in order.
-  setenv("TC_TRANSPORT_PEER_MAX_COPIED", "65536", 1);
-  PeerProcess Peer;
-  auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
-  unsetenv("TC_TRANSPORT_PEER_MAX_COPIED");
-  ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
-  auto Me = std::make_unique<Side>(ucx(ShmOnly, true, 64 << 10));
-  ASSERT_TRUE(Me->T);
-  auto C = Me->T->connectAddress(Peer.Address);
-  ASSERT_TRUE(!!C) << llvm::toString(C.takeError());
-  size_t Warm = 0; // One at a time, until both directions use a mailbox.
-  ASSERT_TRUE(pump({Me.get()}, [&] {
-    bool Both = Me->T->stats().MailboxSent && Me->T->stats().MailboxReceived;
-    if (Me->E.Frames.size() == Warm && !Both) {
-      Me->sendNow(*C, "warm", "");
-      ++Warm;
-    }
-    return Both && Me->E.Frames.size() == Warm;
-  }, 10000));
-  size_t Before = Me->E.Frames.size();
+  MailboxEchoPeer P;
+  ASSERT_NO_FATAL_FAILURE(P.start(/*PeerBound=*/true, /*Both=*/true));
+  TransportStats S1;
   const unsigned N = 1000;
-  std::vector<std::string> Bodies;
-  for (unsigned I = 0; I < N; ++I) {
-    Bodies.push_back(pattern(2000, I));
-    Me->sendNow(*C, I ? std::to_string(I) : "nap", Bodies[I]);
-  }
-  ASSERT_TRUE(pump({Me.get()},
-                   [&] { return Me->E.Frames.size() == Before + N; }, 30000))
-      << Me->E.Frames.size() - Before << " of " << N << " echoes";
-  for (unsigned I = 0; I < N; ++I) {
-    ASSERT_EQ(Me->E.Frames[Before + I].Header, I ? std::to_string(I) : "nap");
-    ASSERT_TRUE(Me->E.Frames[Before + I].Body == Bodies[I]) << "body " << I;
-  }
-  TransportStats S = Me->T->stats();
+  ASSERT_NO_FATAL_FAILURE(P.flood(N, S1));
+  TransportStats S = P.Me->T->stats();
   EXPECT_GE(S.SendWaits, 1u);
   EXPECT_EQ(S.SendWaitsGivenUp, 0u) << "we waited for the peer until 5 s";
   EXPECT_GT(S.MailboxReceived, N / 2) << "the echoes did not use our ring";
   // The peer waited for room in our ring, and never gave up.
-  Me->send(*C, "stats", "");
-  ASSERT_TRUE(pump({Me.get()}, [&] {
-    return Me->E.Frames.size() == Before + N + 1;
-  }));
+  size_t Before = P.Me->E.Frames.size();
+  P.Me->send(P.C, "stats", "");
+  ASSERT_TRUE(pump({P.Me.get()},
+                   [&] { return P.Me->E.Frames.size() == Before + 1; }));
   unsigned long Waits = 0, GivenUp = 0;
-  ASSERT_EQ(sscanf(Me->E.Frames.back().Body.c_str(), "%lu %lu", &Waits,
+  ASSERT_EQ(sscanf(P.Me->E.Frames.back().Body.c_str(), "%lu %lu", &Waits,
                    &GivenUp),
             2)
-      << Me->E.Frames.back().Body;
+      << P.Me->E.Frames.back().Body;
   EXPECT_GE(Waits, 1u) << "the peer never waited for room in our ring";
   EXPECT_EQ(GivenUp, 0u) << "the peer waited for us until 5 s";
 }
@@ -1877,12 +1881,9 @@ TEST(UcxMailbox, FramesWaitingForCreditLeaveWithTheNextSend) {
   MailboxPair P;
   P.setUp();
   P.expectAllInOrder();
-  uint64_t Full0 = P.A->T->stats().MailboxNoCredit;
-  for (int I = 0; I < 1000 && P.A->T->stats().MailboxNoCredit == Full0; ++I)
-    P.send(pattern(300, I), true);
+  ASSERT_NO_FATAL_FAILURE(P.fillRing(300));
   for (int I = 0; I < 20; ++I) // Behind those, in Pending.
     P.send(pattern(300, 100 + I), true);
-  ASSERT_GT(P.A->T->stats().MailboxNoCredit, Full0) << "the ring never ran full";
   ASSERT_TRUE(pump({P.B.get()}, [&] {
     return P.B->T->stats().MailboxReceived == P.A->T->stats().MailboxSent;
   }));
