@@ -1771,20 +1771,21 @@ TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
 }
 
 /// An echo peer process over shared memory, connected by address, which
-/// echoes through our mailbox ring: we allow 64 KiB of copies (the peer too
-/// with \p PeerBound), and frames went by mailbox (both ways with \p Both).
+/// echoes through our mailbox ring: we allow \p MyBound bytes of copies
+/// (the peer 64 KiB with \p PeerBound), and frames went by mailbox (both
+/// ways with \p Both).
 struct MailboxEchoPeer {
   PeerProcess Peer;
   std::unique_ptr<Side> Me;
   ConnId C = 0;
 
-  void start(bool PeerBound, bool Both) {
+  void start(size_t MyBound, bool PeerBound, bool Both) {
     if (PeerBound)
       setenv("TC_TRANSPORT_PEER_MAX_COPIED", "65536", 1);
     auto Port = Peer.start(ShmOnly, /*ByAddress=*/true);
     unsetenv("TC_TRANSPORT_PEER_MAX_COPIED");
     ASSERT_TRUE(!!Port) << llvm::toString(Port.takeError());
-    Me = std::make_unique<Side>(ucx(ShmOnly, true, 64 << 10));
+    Me = std::make_unique<Side>(ucx(ShmOnly, true, MyBound));
     ASSERT_TRUE(Me->T);
     auto Conn = Me->T->connectAddress(Peer.Address);
     ASSERT_TRUE(!!Conn) << llvm::toString(Conn.takeError());
@@ -1803,22 +1804,23 @@ struct MailboxEchoPeer {
     }, 10000));
   }
   /// Sends \p N frames of 2,000 bytes (spans of 16 slots of the peer's
-  /// ring) without progress(), the first while the peer naps; \p AfterSends
-  /// gets our stats right after. Then every echo arrives, in order.
-  void flood(unsigned N, TransportStats &AfterSends) {
+  /// ring) without progress(), with \p Nap the first while the peer naps;
+  /// \p AfterSends gets our stats right after. Then every echo arrives, in
+  /// order.
+  void flood(unsigned N, bool Nap, TransportStats &AfterSends) {
     size_t Before = Me->E.Frames.size();
-    std::vector<std::string> Bodies;
+    std::vector<std::string> Bodies, Headers;
     for (unsigned I = 0; I < N; ++I) {
       Bodies.push_back(pattern(2000, I));
-      Me->sendNow(C, I ? std::to_string(I) : "nap", Bodies[I]);
+      Headers.push_back(I || !Nap ? std::to_string(I) : "nap");
+      Me->sendNow(C, Headers[I], Bodies[I]);
     }
     AfterSends = Me->T->stats();
     ASSERT_TRUE(pump({Me.get()},
                      [&] { return Me->E.Frames.size() == Before + N; }, 30000))
         << Me->E.Frames.size() - Before << " of " << N << " echoes";
     for (unsigned I = 0; I < N; ++I) {
-      ASSERT_EQ(Me->E.Frames[Before + I].Header,
-                I ? std::to_string(I) : "nap");
+      ASSERT_EQ(Me->E.Frames[Before + I].Header, Headers[I]);
       ASSERT_TRUE(Me->E.Frames[Before + I].Body == Bodies[I]) << "body " << I;
     }
     for (const std::string &R : Me->Results)
@@ -1833,33 +1835,37 @@ TEST(UcxMailbox, FramesWaitingForCreditAreBoundedBySendWaiting) {
   // sending waits until the peer has taken half of them. Every echo
   // arrives, in order.
   MailboxEchoPeer P;
-  ASSERT_NO_FATAL_FAILURE(P.start(/*PeerBound=*/false, /*Both=*/false));
+  ASSERT_NO_FATAL_FAILURE(
+      P.start(64 << 10, /*PeerBound=*/false, /*Both=*/false));
   TransportStats S0 = P.Me->T->stats(), S1;
   const unsigned N = 1000;
-  ASSERT_NO_FATAL_FAILURE(P.flood(N, S1));
+  ASSERT_NO_FATAL_FAILURE(P.flood(N, /*Nap=*/true, S1));
   EXPECT_GT(S1.MailboxNoCredit, S0.MailboxNoCredit) << "the ring never ran full";
   EXPECT_GE(S1.SendWaits, S0.SendWaits + 1) << "Pending grew without bound";
   EXPECT_GT(P.Me->T->stats().MailboxSent - S0.MailboxSent, N / 2);
 }
 
 TEST(UcxMailbox, PeersWaitingForRoomInEachOthersRingsBothGoOn) {
-  // Both sides allow 64 KiB of copies. We send 1,000 frames of 2,000 bytes
-  // without progress() (the first while the peer naps), so we wait for
-  // room in the peer's ring; the peer echoes each one from inside its
-  // drain of that ring, fills ours, and waits for room in it too, without
-  // taking more of ours meanwhile. Each side takes the frames of its own
-  // rings while it waits, so neither waits for the other until it gives up
-  // (5 s without progress); every echo arrives, in order.
+  // The peer allows 64 KiB of copies, we 1 MiB. We send 1,000 frames of
+  // 2,000 bytes without progress(); the peer echoes each one from inside
+  // its drain of our frames. Outside waits we take none of its echoes: they
+  // fill our ring and then its pending queue, and it waits for room in our
+  // ring, taking no more of ours; our frames then queue past 1 MiB and we
+  // wait for room in its ring (or we wait first, when the peer is the
+  // slower one, and it fills our ring meanwhile). Each side takes the
+  // frames of its own rings while it waits, so neither waits for the other
+  // until it gives up (5 s without progress; without that, one of them
+  // does). Every echo arrives, in order.
   MailboxEchoPeer P;
-  ASSERT_NO_FATAL_FAILURE(P.start(/*PeerBound=*/true, /*Both=*/true));
+  ASSERT_NO_FATAL_FAILURE(P.start(1 << 20, /*PeerBound=*/true, /*Both=*/true));
   TransportStats S1;
   const unsigned N = 1000;
-  ASSERT_NO_FATAL_FAILURE(P.flood(N, S1));
+  ASSERT_NO_FATAL_FAILURE(P.flood(N, /*Nap=*/false, S1));
   TransportStats S = P.Me->T->stats();
   EXPECT_GE(S.SendWaits, 1u);
   EXPECT_EQ(S.SendWaitsGivenUp, 0u) << "we waited for the peer until 5 s";
   EXPECT_GT(S.MailboxReceived, N / 2) << "the echoes did not use our ring";
-  // The peer waited for room in our ring, and never gave up.
+  // The peer never gave up either.
   size_t Before = P.Me->E.Frames.size();
   P.Me->send(P.C, "stats", "");
   ASSERT_TRUE(pump({P.Me.get()},
@@ -1869,8 +1875,8 @@ TEST(UcxMailbox, PeersWaitingForRoomInEachOthersRingsBothGoOn) {
                    &GivenUp),
             2)
       << P.Me->E.Frames.back().Body;
-  EXPECT_GE(Waits, 1u) << "the peer never waited for room in our ring";
-  EXPECT_EQ(GivenUp, 0u) << "the peer waited for us until 5 s";
+  EXPECT_EQ(GivenUp, 0u) << "the peer waited for us until 5 s (" << Waits
+                          << " waits)";
 }
 
 TEST(UcxMailbox, FramesWaitingForCreditLeaveWithTheNextSend) {
