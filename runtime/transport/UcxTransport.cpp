@@ -452,6 +452,12 @@ private:
         Co.CopiedBytes + Co.PendingBytes <= MaxCopiedBacklog / 2)
       Co.NoCopyWait = false;
   }
+  /// Waits for room (makeRoom()) when \p Co's backlog and Pending are over
+  /// their bounds, unless in a UCX callback or already waiting.
+  void waitIfOverBounds(Conn &Co, ConnId C) {
+    if (LLVM_UNLIKELY(overBounds(Co)) && !InUcx && !InWait)
+      makeRoom(C);
+  }
   /// Whether \p Co's backlog is over its bounds: makeRoom() then waits.
   bool overBounds(const Conn &Co) const {
     return (Co.CopiedBytes + Co.PendingBytes > MaxCopiedBacklog &&
@@ -580,8 +586,9 @@ private:
   /// credit; with \p All, the frames the ring has no room for go as AMs.
   /// Sends made meanwhile do not wait for room (makeRoom() calls this).
   void flushPending(ConnId C, Conn &Co, bool All);
-  /// Puts a frame behind those in \p Co's Pending (closing the lane), then,
-  /// as for the backlog, waits for room when Pending is over its bounds.
+  /// Puts a frame behind those in \p Co's Pending (closing the lane, and
+  /// listing the connection for progress() when it is the first), then, as
+  /// for the backlog, waits for room when Pending is over its bounds.
   void queuePending(ConnId C, Conn &Co, bool Mailbox, StringRef Header,
                     StringRef Body, unique_function<void(Error)> &&Done);
   LLVM_ATTRIBUTE_NOINLINE bool flushPendings();
@@ -1174,8 +1181,7 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
                                    : Coalesce && (Co->Held || Again);
   if (Wait || !Co->Backlog.empty()) {
     backlog(*Co, C, Header, Body, std::move(Done));
-    if (LLVM_UNLIKELY(overBounds(*Co)) && !InUcx && !InWait)
-      makeRoom(C);
+    waitIfOverBounds(*Co, C);
     return;
   }
   Co->LastRound = Round;
@@ -1255,9 +1261,6 @@ UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
   case mailbox::Lane::Wrote::NoCredit:
     // The sender waits for the receiver, in order, rather than sending
     // AMs it would have to deliver more slowly behind the ring.
-    if (!is_contained(PendingConns, C))
-      PendingConns.push_back(C);
-    Chores = true;
     queuePending(C, Co, /*Mailbox=*/true, Header, Body, nullptr);
     return SlotOutcome::Taken;
   case mailbox::Lane::Wrote::No:
@@ -2326,11 +2329,17 @@ void UcxTransport::queuePending(ConnId C, Conn &Co, bool Mailbox,
                                 unique_function<void(Error)> &&Done) {
   Co.Pending.push_back({Mailbox, Header.str(), Body.str(), std::move(Done)});
   Co.PendingBytes += Conn::pendingBytes(Co.Pending.back());
+  if (Co.Pending.size() == 1) {
+    // progress() writes it as credit comes back (flushPendings()). The
+    // connection may still be listed: its queue emptied since.
+    if (!is_contained(PendingConns, C))
+      PendingConns.push_back(C);
+    Chores = true;
+  }
   gateLane(Co); // Closed to the runtime until Pending is written.
   // A sender faster than the receiver (or one that does not progress)
   // would otherwise copy into Pending without bound.
-  if (LLVM_UNLIKELY(overBounds(Co)) && !InUcx && !InWait)
-    makeRoom(C);
+  waitIfOverBounds(Co, C);
 }
 
 bool UcxTransport::flushPendings() {

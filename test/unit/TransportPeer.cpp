@@ -53,15 +53,11 @@ struct Echo final : TransportHandler {
       T->send(C, Header, Body, nullptr);
       _exit(3);
     }
+    std::string Stats; // The answer to "stats", sent as an echo is.
     if (Header == "stats") {
-      auto It = Bodies.insert(
-          Bodies.end(), std::to_string(T->stats().SendWaits) + " " +
-                            std::to_string(T->stats().SendWaitsGivenUp));
-      T->send(C, Header, *It, [this, It](llvm::Error E) {
-        llvm::consumeError(std::move(E));
-        Bodies.erase(It);
-      });
-      return;
+      Stats = std::to_string(T->stats().SendWaits) + " " +
+              std::to_string(T->stats().SendWaitsGivenUp);
+      Body = Stats;
     }
     if (Header == "nap")
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
