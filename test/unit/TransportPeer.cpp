@@ -89,8 +89,14 @@ int main(int Argc, char **Argv) {
   pid_t Parent = getppid();
   UcxTransportOptions Opts;
   Opts.Transports = Argv[1];
-  if (const char *Max = getenv("TC_TRANSPORT_PEER_MAX_COPIED"))
-    Opts.MaxCopiedBacklog = strtoull(Max, nullptr, 10);
+  if (const char *Max = getenv("TC_TRANSPORT_PEER_MAX_COPIED")) {
+    if (llvm::StringRef(Max).getAsInteger(10, Opts.MaxCopiedBacklog) ||
+        !Opts.MaxCopiedBacklog) {
+      llvm::errs() << "tc-transport-peer: error: TC_TRANSPORT_PEER_MAX_COPIED '"
+                   << Max << "' is not a positive number of bytes\n";
+      return 2;
+    }
+  }
   auto T = createUcxTransport(Opts);
   if (!T) {
     llvm::errs() << "tc-transport-peer: " << llvm::toString(T.takeError())
