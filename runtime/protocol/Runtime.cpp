@@ -503,6 +503,13 @@ void Runtime::sendSmall(ConnId C, Conn &S, const SmallInvoke &I,
   // peer's ring, without a call into the transport.
   if (!Done && laneSend(C, S, I, Payload))
     return;
+  sendByTransport(C, S, I, Payload, std::move(Done), Owner);
+}
+
+void Runtime::sendByTransport(ConnId C, Conn &S, const SmallInvoke &I,
+                              StringRef Payload,
+                              unique_function<void(Error)> &&Done,
+                              const std::shared_ptr<std::string> *Owner) {
   char Buf[Transport::HeaderRoom + FrameHeaderSize];
   char *Header = Buf + Transport::HeaderRoom;
   size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Header);
@@ -520,12 +527,29 @@ void Runtime::sendSmall(ConnId C, Conn &S, const SmallInvoke &I,
 
 void Runtime::send(ConnId C, const Message &M) {
   Conn &S = conn(C);
-  if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
-                  !Opts.AlwaysShipCode))
-    return sendSmall(
-        C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
-        *M.Payload, unique_function<void(Error)>(), &M.Payload);
-  send(C, M, unique_function<void(Error)>());
+  if (LLVM_UNLIKELY(S.Blocked || S.LastSent != M.Code || Opts.AlwaysShipCode))
+    return send(C, M, unique_function<void(Error)>());
+  SmallInvoke I{FrameType::Invoke, S.NextSeq++, S.LastSentId};
+  StringRef Payload = *M.Payload;
+  if (laneSend(C, S, I, Payload))
+    return;
+  // The steady state of the active-message path: the frame is laid out
+  // once, here, as the transport sends it (Transport::trySendFrameNow()).
+  if (LLVM_UNLIKELY(Payload.size() > FrameNowPayloadMax ||
+                    FrameHeaderSize + Payload.size() > T->sendNowMax()))
+    return sendByTransport(C, S, I, Payload, unique_function<void(Error)>(),
+                           &M.Payload);
+  alignas(8) char Buf[Transport::FrameRoom + Transport::FrameNowMax];
+  char *Frame = Buf + Transport::FrameRoom;
+  size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Frame);
+  copyBytes(Frame + Size, Payload.data(), Payload.size());
+  ++Counters.FramesSent;
+  Counters.BytesSent += Size + Payload.size();
+  if (T->trySendFrameNow(C, Frame, Size, Size + Payload.size()))
+    return;
+  T->sendWithRoom(C, StringRef(Frame, Size),
+                  StringRef(Frame + Size, Payload.size()),
+                  unique_function<void(Error)>());
 }
 
 void Runtime::send(ConnId C, const Message &M,

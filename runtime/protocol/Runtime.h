@@ -482,6 +482,16 @@ private:
             llvm::StringRef Payload,
             llvm::unique_function<void(llvm::Error)> &&Done,
             const std::shared_ptr<std::string> *Owner = nullptr);
+  /// sendSmall() past the lane: the frame goes to the transport.
+  LLVM_ATTRIBUTE_ALWAYS_INLINE void
+  sendByTransport(ConnId C, Conn &S, const SmallInvoke &I,
+                  llvm::StringRef Payload,
+                  llvm::unique_function<void(llvm::Error)> &&Done,
+                  const std::shared_ptr<std::string> *Owner);
+  /// Payloads send() lays out with their header for
+  /// Transport::trySendFrameNow().
+  static constexpr size_t FrameNowPayloadMax =
+      Transport::FrameNowMax - FrameHeaderSize;
   void drain(ConnId C);
   /// Verifies, admits and loads an archive on this thread; records the
   /// code id (CompileOnProgressThread).

@@ -150,6 +150,23 @@ public:
   /// trySendNow(): a caller skips the call for them.
   size_t sendNowMax() const { return SendNowMax; }
 
+  /// Bytes a caller of trySendFrameNow() leaves free in front of the frame.
+  static constexpr size_t FrameRoom = 16;
+  /// The largest frame a caller is meant to lay out for trySendFrameNow()
+  /// (larger ones go to trySendNow() from where they are).
+  static constexpr size_t FrameNowMax = 240;
+
+  /// trySendNow() of a frame whose header (\p HeaderSize bytes) and body
+  /// are contiguous at \p Frame (\p Size bytes in all), with FrameRoom bytes
+  /// before it that the transport may overwrite: UcxTransport sends a small
+  /// frame from there as it is, writing its token into the room instead of
+  /// copying the frame behind one. Same contract as trySendNow().
+  virtual bool trySendFrameNow(ConnId Conn, char *Frame, size_t HeaderSize,
+                               size_t Size) {
+    return trySendNow(Conn, llvm::StringRef(Frame, HeaderSize),
+                      llvm::StringRef(Frame + HeaderSize, Size - HeaderSize));
+  }
+
   /// The mailbox lane into \p Conn's peer (mailbox::Lane), or null: a
   /// caller may write a frame through it, without calling the transport,
   /// while it is open, and that frame is sent in the order of the calls as

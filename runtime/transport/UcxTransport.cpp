@@ -319,6 +319,8 @@ public:
   void send(ConnId C, StringRef Header, StringRef Body,
             unique_function<void(Error)> Done) override;
   bool trySendNow(ConnId C, StringRef Header, StringRef Body) override;
+  bool trySendFrameNow(ConnId C, char *Frame, size_t HeaderSize,
+                       size_t Size) override;
   void sendWithRoom(ConnId C, StringRef Header, StringRef Body,
                     unique_function<void(Error)> Done) override;
   void sendShared(ConnId C, StringRef Header, StringRef Body,
@@ -469,6 +471,16 @@ private:
   /// the frame is too big for it.
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool sendInline(Conn &Co, StringRef Header,
                                                StringRef Body);
+  /// What trySendNow() records for a frame sendInline() sent.
+  void sentInline(Conn &Co) {
+    Co.LastRound = Round;
+    ++Co.AmSent;
+    ++Stats.TokenFrames;
+  }
+  /// sendInline() of \p Len bytes at \p Buf laid out as an InlineAmId
+  /// message: room for the token, the header's size, the header, the body.
+  LLVM_ATTRIBUTE_ALWAYS_INLINE bool postInline(Conn &Co, char *Buf,
+                                               size_t HeaderSize, size_t Len);
   /// The body of a frame going into the backlog, kept in \p O: by
   /// reference when sendShared() is sending it, else copied. (post() only
   /// borrows a shared body: see there.)
@@ -1232,10 +1244,30 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   // that is not inline.
   if (!Inline || !sendInline(*Co, Header, Body))
     return false;
-  Co->LastRound = Round;
-  ++Co->AmSent;
-  ++Stats.TokenFrames;
+  sentInline(*Co);
   return true;
+}
+
+bool UcxTransport::trySendFrameNow(ConnId C, char *Frame, size_t HeaderSize,
+                                   size_t Size) {
+  // trySendNow()'s steady state on a connection without a mailbox, written
+  // out: the frame leaves as an inline message from the caller's buffer,
+  // the token and the header's size in the room before it. Every other
+  // case is trySendNow()'s.
+  static_assert(TokenSize + 1 <= FrameRoom, "the room holds the prefix");
+  Conn *Co = findConn(C);
+  if (LLVM_LIKELY(Co && Co->Ep && !Co->Out && Co->PeerToken && !Co->Held &&
+                  Co->Backlog.empty() &&
+                  !(Coalesce && Co->LastRound == Round))) {
+    size_t Len = TokenSize + 1 + Size;
+    if (Len > InlineMax || Len > Co->ImmediateCeiling ||
+        !postInline(*Co, Frame - TokenSize - 1, HeaderSize, Len))
+      return false;
+    sentInline(*Co);
+    return true;
+  }
+  return trySendNow(C, StringRef(Frame, HeaderSize),
+                    StringRef(Frame + HeaderSize, Size - HeaderSize));
 }
 
 UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
@@ -1298,10 +1330,15 @@ inline bool UcxTransport::sendInline(Conn &Co, StringRef Header,
   if (Len > InlineMax || Len > Co.ImmediateCeiling)
     return false;
   char Buf[InlineMax];
-  support::endian::write64le(Buf, Co.PeerToken);
-  Buf[TokenSize] = char(Header.size()); // < InlineMax, so it fits
   copyBytes(Buf + TokenSize + 1, Header.data(), Header.size());
   copyBytes(Buf + TokenSize + 1 + Header.size(), Body.data(), Body.size());
+  return postInline(Co, Buf, Header.size(), Len);
+}
+
+inline bool UcxTransport::postInline(Conn &Co, char *Buf, size_t HeaderSize,
+                                     size_t Len) {
+  support::endian::write64le(Buf, Co.PeerToken);
+  Buf[TokenSize] = char(HeaderSize); // < InlineMax, so it fits
   // UCX reads only the fields op_attr_mask names.
   ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
