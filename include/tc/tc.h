@@ -226,8 +226,9 @@ typedef struct tc_worker_params {
      *  peer a ring of slots in registered memory; a peer whose process UCX
      *  can map it into (shared memory) writes messages sent without a
      *  callback into it, straight into its memory (up to 8,176 bytes of
-     *  header and payload: half the ring), which this worker polls instead
-     *  of receiving active messages, and this worker does the same with
+     *  header and payload in the ring's slots, larger ones up to 65,535
+     *  bytes in the area of 256 KiB behind it), which this worker polls
+     *  instead of receiving active messages, and this worker does the same with
      *  the rings its peers offer; a full ring makes them wait for the
      *  receiver. Elsewhere (TCP, RDMA, larger messages or ones sent with a
      *  callback) messages go as active messages; the order of messages on

@@ -62,9 +62,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   tc::mailbox::SlotMessage Fast;
   if (tc::mailbox::parseSlot(Bytes, Fast) != bool(Slot) ||
       (Slot && (Fast.Header != Slot->Header || Fast.Body != Slot->Body ||
-                Fast.AmBefore != Slot->AmBefore)))
+                Fast.AmBefore != Slot->AmBefore ||
+                Fast.InArea != Slot->InArea || Fast.AreaPos != Slot->AreaPos ||
+                Fast.AreaFrame != Slot->AreaFrame ||
+                Fast.AreaHeader != Slot->AreaHeader)))
     __builtin_trap();
-  if (Slot) {
+  if (Slot && Slot->InArea) {
+    // A frame in the large-frame area: where it is resolved, it lies
+    // within the area, header first.
+    static char Area[4096];
+    tc::mailbox::Reader R(tc::mailbox::Geometry{64, 8, 2, sizeof Area});
+    if (R.resolveArea(Area, *Slot) &&
+        (Slot->Header.size() != Slot->AreaHeader ||
+         Slot->Header.data() < Area ||
+         Slot->Header.data() + Slot->Header.size() != Slot->Body.data() ||
+         Slot->Body.data() + Slot->Body.size() > Area + sizeof Area))
+      __builtin_trap();
+  } else if (Slot) {
     const char *End = Bytes.data() + Bytes.size();
     if (Slot->Header.empty() || Slot->Header.data() + Slot->Header.size() !=
                                     Slot->Body.data() ||

@@ -29,12 +29,18 @@ Error Geometry::check() const {
                                      "two up to the {1} slots)",
                                      BankSlots, Slots)
                                  .str());
+  if (AreaBytes && (!isPowerOf2_32(AreaBytes) || AreaBytes < 4096 ||
+                    AreaBytes > (1u << 24)))
+    return createStringError(formatv("a mailbox area of {0} bytes (0, or a "
+                                     "power of two from 4096 to 16 MiB)",
+                                     AreaBytes)
+                                 .str());
   return Error::success();
 }
 
 /// Longest packed remote key a record carries (UCX's are tens of bytes).
 constexpr size_t MaxRemoteKey = 4096;
-constexpr size_t OfferFixed = 23, AcceptFixed = 11;
+constexpr size_t OfferFixed = 27, AcceptFixed = 11;
 
 static Error badRecord(const Twine &What, const Twine &Msg) {
   return createStringError("malformed mailbox " + What + ": " + Msg);
@@ -71,8 +77,9 @@ std::string encodeOffer(const Offer &O) {
   endian::write32le(P + 1, O.Shape.SlotBytes);
   endian::write32le(P + 5, O.Shape.Slots);
   endian::write32le(P + 9, O.Shape.BankSlots);
-  endian::write64le(P + 13, O.RingAddress);
-  endian::write16le(P + 21, uint16_t(O.RemoteKey.size()));
+  endian::write32le(P + 13, O.Shape.AreaBytes);
+  endian::write64le(P + 17, O.RingAddress);
+  endian::write16le(P + 25, uint16_t(O.RemoteKey.size()));
   return Out + O.RemoteKey;
 }
 
@@ -83,9 +90,10 @@ Expected<Offer> decodeOffer(StringRef B) {
   O.Shape.SlotBytes = endian::read32le(B.data() + 1);
   O.Shape.Slots = endian::read32le(B.data() + 5);
   O.Shape.BankSlots = endian::read32le(B.data() + 9);
+  O.Shape.AreaBytes = endian::read32le(B.data() + 13);
   if (Error E = O.Shape.check())
     return badRecord("offer", toString(std::move(E)));
-  O.RingAddress = endian::read64le(B.data() + 13);
+  O.RingAddress = endian::read64le(B.data() + 17);
   Expected<std::string> Key = remoteKeyAt(B, OfferFixed, "offer");
   if (!Key)
     return Key.takeError();
@@ -123,8 +131,29 @@ Expected<SlotMessage> readSlot(StringRef Slot) {
   M.AmBefore = endian::read32le(P);
   size_t Frame = endian::read16le(P + 4);
   size_t Header = uint8_t(P[6]);
-  if (P[7] != 0)
-    return createStringError("malformed mailbox slot: reserved byte is not 0");
+  if (P[7] != SlotInline && P[7] != SlotInArea)
+    return createStringError(
+        formatv("malformed mailbox slot: kind {0}", unsigned(uint8_t(P[7])))
+            .str());
+  if (P[7] == SlotInArea) {
+    if (Slot.size() < SlotHeaderBytes + AreaPosBytes)
+      return createStringError(
+          formatv("malformed mailbox slot: {0} bytes, an area frame's "
+                  "position needs {1}",
+                  Slot.size(), SlotHeaderBytes + AreaPosBytes)
+              .str());
+    if (Header == 0 || Header > Frame)
+      return createStringError(
+          formatv("malformed mailbox slot: a header of {0} bytes in an area "
+                  "frame of {1}",
+                  Header, Frame)
+              .str());
+    M.InArea = true;
+    M.AreaPos = endian::read64le(P + 8);
+    M.AreaFrame = uint16_t(Frame);
+    M.AreaHeader = uint8_t(Header);
+    return M;
+  }
   if (Frame > Slot.size() - SlotHeaderBytes)
     return createStringError(
         formatv("malformed mailbox slot: a frame of {0} bytes in a slot of {1}",

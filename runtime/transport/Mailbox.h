@@ -40,14 +40,19 @@
 namespace tc {
 namespace mailbox {
 
-/// The version byte of offer and accept records. 2: frames span slots (a
-/// ring of version 1 held one frame per slot).
-constexpr uint8_t RecordVersion = 2;
+/// The version byte of offer and accept records. 3: a large-frame area
+/// behind the ring (2: frames span slots; 1: one frame per slot).
+constexpr uint8_t RecordVersion = 3;
 
 /// Bytes of a slot in front of the frame: signal word, AM count, sizes.
 constexpr size_t SlotHeaderBytes = 16;
 /// Where the signal word is in a slot, and where the rest starts.
 constexpr size_t SignalOffset = 0, ContentOffset = 8;
+/// A slot's kind (its byte 15): the frame is in the slot's span, or in the
+/// ring's large-frame area (the slot then holds where: AreaPosBytes).
+constexpr uint8_t SlotInline = 0, SlotInArea = 1;
+/// The position word a SlotInArea slot carries after its sizes.
+constexpr size_t AreaPosBytes = 8;
 /// A signal word: the message's first slot number plus one in the low 48
 /// bits, the number of slots its frame spans (at least 1) in the high 16.
 constexpr unsigned SpanShift = 48;
@@ -65,6 +70,10 @@ struct Geometry {
   uint32_t SlotBytes = 128;
   uint32_t Slots = 128;
   uint32_t BankSlots = 32;
+  /// The large-frame area behind the ring and its tail: frames too big for
+  /// a span (up to a quarter of it) are written there, each announced by a
+  /// slot in the ring, which keeps them in order. 0: no area.
+  uint32_t AreaBytes = 256 << 10;
 
   /// The ring's size in bytes, without the tail.
   size_t bytes() const { return size_t(SlotBytes) * Slots; }
@@ -76,9 +85,16 @@ struct Geometry {
     uint32_t Max = std::min(Slots / 2, Slots - BankSlots + 1);
     return Max ? Max : 1;
   }
-  /// The memory registered for the ring: the ring and its tail.
-  size_t mappedBytes() const {
+  /// Where the large-frame area starts: behind the ring and its tail.
+  size_t areaOffset() const {
     return bytes() + size_t(spanMax() - 1) * SlotBytes;
+  }
+  /// The memory registered for the ring: the ring, its tail and the area.
+  size_t mappedBytes() const { return areaOffset() + AreaBytes; }
+  /// The largest frame the area takes (0 without one): a quarter of it,
+  /// so that several are in flight (sizes are 16-bit).
+  size_t areaMaxFrame() const {
+    return std::min<size_t>(AreaBytes / 4, UINT16_MAX);
   }
   /// The largest frame (header + body) a span holds (sizes are 16-bit).
   size_t maxFrame() const {
@@ -130,20 +146,24 @@ struct SenderFlags {
   /// never sets it (UCX may map one side's memory and not the other's),
   /// and the sender's frames go as active messages.
   uint64_t Ready;
+  /// Bytes of the large-frame area the receiver has handed back: positions
+  /// below this count plus the area's size may be written.
+  uint64_t AreaReleased;
 };
-constexpr size_t ReleasedOffset = 0, AsleepOffset = 8, ReadyOffset = 16;
+constexpr size_t ReleasedOffset = 0, AsleepOffset = 8, ReadyOffset = 16,
+                 AreaReleasedOffset = 24;
 /// The flags' registered size: a cache line of their own.
 constexpr size_t FlagsBytes = 64;
 
 /// The first 8 bytes of a slot's content (\p Out is the slot plus
 /// ContentOffset): the AM count and the frame's sizes.
 inline void encodeSlotSizes(char *Out, uint32_t AmBefore, size_t HeaderSize,
-                            size_t FrameSize) {
+                            size_t FrameSize, uint8_t Kind = SlotInline) {
   // Offsets here are the slot's minus ContentOffset.
   llvm::support::endian::write32le(Out, AmBefore);
   llvm::support::endian::write16le(Out + 4, uint16_t(FrameSize));
   Out[6] = char(HeaderSize);
-  Out[7] = 0;
+  Out[7] = char(Kind);
 }
 
 /// Writes a slot's content (everything after the signal word) into
@@ -183,10 +203,16 @@ inline uint64_t signalOf(uint64_t N, uint32_t Span) {
   return ((N + 1) & CountMask) | uint64_t(Span) << SpanShift;
 }
 
-/// A frame read from a slot; the views point into the slot.
+/// A frame read from a slot; the views point into the slot. A SlotInArea
+/// slot's frame is in the area: InArea is set, AreaPos says where, and
+/// Header and Body are empty until Reader::resolveArea() points them there.
 struct SlotMessage {
   uint32_t AmBefore = 0;
   llvm::StringRef Header, Body;
+  bool InArea = false;
+  uint64_t AreaPos = 0;
+  uint16_t AreaFrame = 0;
+  uint8_t AreaHeader = 0;
 };
 
 /// Reads the content of a slot whose signal said it holds a message
@@ -203,11 +229,22 @@ inline bool parseSlot(llvm::StringRef Slot, SlotMessage &M) {
       reinterpret_cast<const unsigned char *>(Slot.data()) + ContentOffset;
   size_t Frame = size_t(P[4]) | size_t(P[5]) << 8;
   size_t Header = P[6];
-  if (P[7] != 0 || Frame > Slot.size() - SlotHeaderBytes || Header == 0 ||
-      Header > Frame)
-    return false;
   M.AmBefore = uint32_t(P[0]) | uint32_t(P[1]) << 8 | uint32_t(P[2]) << 16 |
                uint32_t(P[3]) << 24;
+  if (LLVM_UNLIKELY(P[7] != SlotInline)) {
+    if (P[7] != SlotInArea || Slot.size() < SlotHeaderBytes + AreaPosBytes ||
+        Header == 0 || Header > Frame)
+      return false;
+    M.InArea = true;
+    M.AreaPos = llvm::support::endian::read64le(P + 8);
+    M.AreaFrame = uint16_t(Frame);
+    M.AreaHeader = uint8_t(Header);
+    M.Header = M.Body = llvm::StringRef();
+    return true;
+  }
+  if (Frame > Slot.size() - SlotHeaderBytes || Header == 0 || Header > Frame)
+    return false;
+  M.InArea = false;
   M.Header = llvm::StringRef(Slot.data() + SlotHeaderBytes, Header);
   M.Body = llvm::StringRef(Slot.data() + SlotHeaderBytes + Header,
                            Frame - Header);
@@ -291,11 +328,42 @@ public:
   }
   uint64_t released() const { return Released; }
 
+  /// Points \p M's Header and Body (a SlotInArea message) into the area at
+  /// \p Area, or returns false where the sender's position or sizes break
+  /// the area's rules (a defect: the message is dropped). The area is used
+  /// in order: a frame starts at or after where the previous one taken
+  /// ended, lies whole within the area, and within one area's length of
+  /// that end (so it never overlaps what is not taken yet).
+  bool resolveArea(const char *Area, SlotMessage &M) const {
+    uint64_t Size = G.AreaBytes, Frame = M.AreaFrame;
+    if (!Size || Frame > G.areaMaxFrame() || M.AreaPos < AreaConsumed ||
+        M.AreaPos - AreaConsumed > Size - Frame ||
+        (M.AreaPos & (Size - 1)) + Frame > Size)
+      return false;
+    const char *At = Area + (M.AreaPos & (Size - 1));
+    M.Header = llvm::StringRef(At, M.AreaHeader);
+    M.Body = llvm::StringRef(At + M.AreaHeader, Frame - M.AreaHeader);
+    return true;
+  }
+  /// The area frame of \p M (resolved) is taken: the area up to its end
+  /// goes back to the sender with the next releaseArea().
+  void takeArea(const SlotMessage &M) {
+    AreaConsumed = M.AreaPos + M.AreaFrame;
+  }
+  /// As release(), for the area: the new count of area bytes to write to the
+  /// sender when frames were taken since the last call, else 0.
+  uint64_t releaseArea() {
+    if (AreaConsumed == AreaReleased)
+      return 0;
+    return AreaReleased = AreaConsumed;
+  }
+
 private:
   Geometry G;
   uint32_t SpanMax; ///< G.spanMax(), asked once per frame taken.
   uint64_t Consumed = 0;
   uint64_t Released = 0;
+  uint64_t AreaConsumed = 0, AreaReleased = 0;
 };
 
 /// The sender's side of one ring, whole: where the ring is mapped, the next
@@ -325,7 +393,8 @@ public:
   /// Opens closed.
   Lane(Geometry G, char *Ring, const char *Flags, const uint32_t *AmSent,
        uint64_t *Sent)
-      : W(G), Ring(Ring), Flags(Flags), AmSent(AmSent), Sent(Sent) {}
+      : W(G), AreaMax(G.areaMaxFrame()), Ring(Ring), Flags(Flags),
+        AmSent(AmSent), Sent(Sent) {}
   Lane(const Lane &) = delete;
   Lane &operator=(const Lane &) = delete;
 
@@ -339,6 +408,12 @@ public:
   }
   const Writer &writer() const { return W; }
 
+  /// Whether a frame of \p Bytes (header + body) goes into the ring: into
+  /// a span, or into the large-frame area.
+  bool takes(size_t Bytes) const {
+    return W.fits(Bytes) || Bytes <= AreaMax;
+  }
+
   /// Writes a frame into the next span of slots: a header that
   /// \p EncodeHeader writes at the pointer it gets (at most \p HeaderMax
   /// bytes; it returns the size), then \p Body. The content goes in first,
@@ -349,9 +424,68 @@ public:
   LLVM_ATTRIBUTE_ALWAYS_INLINE Wrote write(size_t HeaderMax,
                                            llvm::StringRef Body,
                                            EncodeFn EncodeHeader) {
-    assert(Ring && "a write through a lane closed for good");
     if (LLVM_UNLIKELY(!W.fits(HeaderMax + Body.size())))
       return Wrote::No;
+    uint32_t Span = W.shape().spanOf(HeaderMax + Body.size());
+    return put(Span, [&](char *Content) {
+      size_t H = EncodeHeader(Content + 8);
+      assert(H <= HeaderMax && "the header outgrew what fits() was told");
+      copyBytes(Content + 8 + H, Body.data(), Body.size());
+      encodeSlotSizes(Content, *AmSent, H, H + Body.size());
+    });
+  }
+  /// write() of a header already encoded; a frame too big for a span goes
+  /// into the large-frame area (writeToArea()).
+  Wrote write(llvm::StringRef Header, llvm::StringRef Body) {
+    if (LLVM_UNLIKELY(!W.fits(Header.size() + Body.size())))
+      return writeToArea(Header, Body);
+    return write(Header.size(), Body, [&](char *Out) {
+      copyBytes(Out, Header.data(), Header.size());
+      return Header.size();
+    });
+  }
+  /// Writes a frame of up to Geometry::areaMaxFrame() bytes into the
+  /// large-frame area, at the next position where it lies whole (skipping
+  /// the area's end if it does not fit there), and announces it with a
+  /// slot (SlotInArea) that says where: the frame keeps its place in the
+  /// ring's order. Credit: the area's bytes the receiver released, read
+  /// from our flags only when what was read last does not cover the frame.
+  Wrote writeToArea(llvm::StringRef Header, llvm::StringRef Body) {
+    uint64_t Frame = Header.size() + Body.size();
+    if (Frame > AreaMax)
+      return Wrote::No;
+    uint64_t Size = W.shape().AreaBytes;
+    uint64_t Pos = AreaWritten;
+    if ((Pos & (Size - 1)) + Frame > Size)
+      Pos += Size - (Pos & (Size - 1));
+    if (Pos + Frame - AreaReleased > Size) {
+      AreaReleased = loadWord(Flags + AreaReleasedOffset, __ATOMIC_ACQUIRE);
+      if (Pos + Frame - AreaReleased > Size)
+        return Wrote::NoCredit;
+    }
+    Wrote R = put(1, [&](char *Content) {
+      char *At = Ring + W.shape().areaOffset() + (Pos & (Size - 1));
+      copyBytes(At, Header.data(), Header.size());
+      copyBytes(At + Header.size(), Body.data(), Body.size());
+      encodeSlotSizes(Content, *AmSent, Header.size(), Frame, SlotInArea);
+      llvm::support::endian::write64le(Content + 8, Pos);
+    });
+    if (R == Wrote::Yes || R == Wrote::Doorbell) {
+      AreaWritten = Pos + Frame;
+      ++AreaFrames;
+    }
+    return R;
+  }
+  /// Frames written into the large-frame area so far.
+  uint64_t areaFrames() const { return AreaFrames; }
+
+private:
+  /// Writes a message of \p Span slots into the next span: \p Fill writes
+  /// everything after the signal word (it gets the slot's content), then
+  /// the signal goes in with a release store.
+  template <typename FillFn>
+  LLVM_ATTRIBUTE_ALWAYS_INLINE Wrote put(uint32_t Span, FillFn Fill) {
+    assert(Ring && "a write through a lane closed for good");
     // Until the receiver says it polls the ring, frames go as AMs.
     if (LLVM_UNLIKELY(!Ready) &&
         !(Ready = loadWord(Flags + ReadyOffset, __ATOMIC_ACQUIRE)))
@@ -359,7 +493,6 @@ public:
     // Credit is read from the flags the receiver writes only when what was
     // read last is used up: that cache line moves between the processes
     // once per bank, not once per frame.
-    uint32_t Span = W.shape().spanOf(HeaderMax + Body.size());
     if (LLVM_UNLIKELY(Credit < Span)) {
       Credit = W.credit(loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE));
       if (Credit < Span)
@@ -367,11 +500,7 @@ public:
     }
     uint64_t N = W.next();
     char *Slot = Ring + W.slotOffset(N);
-    char *Content = Slot + ContentOffset;
-    size_t H = EncodeHeader(Content + 8);
-    assert(H <= HeaderMax && "the header outgrew what fits() was told");
-    copyBytes(Content + 8 + H, Body.data(), Body.size());
-    encodeSlotSizes(Content, *AmSent, H, H + Body.size());
+    Fill(Slot + ContentOffset);
     storeWord(Slot + SignalOffset, signalOf(N, Span));
     W.wrote(Span);
     Credit -= Span;
@@ -384,16 +513,10 @@ public:
       return Wrote::Doorbell;
     return Wrote::Yes;
   }
-  /// write() of a header already encoded.
-  Wrote write(llvm::StringRef Header, llvm::StringRef Body) {
-    return write(Header.size(), Body, [&](char *Out) {
-      copyBytes(Out, Header.data(), Header.size());
-      return Header.size();
-    });
-  }
 
-private:
   Writer W;
+  size_t AreaMax; ///< W.shape().areaMaxFrame().
+  uint64_t AreaWritten = 0, AreaReleased = 0, AreaFrames = 0;
   uint64_t Credit = 0;
   bool Ready = false;
   bool Open = false;

@@ -69,6 +69,8 @@ struct TransportStats {
   uint64_t Batches = 0;        ///< Batches sent (several frames in one AM)
   uint64_t BatchedFrames = 0;  ///< and the frames they carried.
   uint64_t MailboxSent = 0;     ///< Frames written into peers' mailboxes.
+  /// Of MailboxSent, frames written into the rings' large-frame areas.
+  uint64_t MailboxAreaFrames = 0;
   uint64_t MailboxReceived = 0; ///< Frames taken from our mailboxes.
   uint64_t MailboxNoCredit = 0; ///< Writes that found no credit (the frame
                                 ///< waits for it, in order).

@@ -108,6 +108,10 @@ struct InRing {
   char *nextSlot() const {
     return Ring.base() + Read.slotOffset(Read.next());
   }
+  /// The large-frame area (Geometry::AreaBytes), behind the ring's tail.
+  const char *area() const {
+    return Ring.base() + Read.shape().areaOffset();
+  }
   /// Whether the next message's slot is signalled.
   bool hasNext() const {
     return Read.isNext(

@@ -1232,7 +1232,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
   // A mailbox first, where the peer offered one: no coalescing there, each
   // frame is written into the slot, and the receiver keeps the order with
   // the AM path.
-  if (Co->Out && (Inline || Co->Out->Lane->writer().fits(Size))) {
+  if (Co->Out && (Inline || Co->Out->Lane->takes(Size))) {
     SlotOutcome O = trySlot(*Co, C, Header, Body);
     if (O != SlotOutcome::UseAm)
       return O == SlotOutcome::Taken;
@@ -1276,7 +1276,7 @@ UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
   if (LLVM_UNLIKELY(!Co.Pending.empty())) {
     // Behind frames that wait for credit; one too big for a slot is
     // queued as an AM by sendFrame().
-    if (!Co.Out->Lane->writer().fits(Header.size() + Body.size()))
+    if (!Co.Out->Lane->takes(Header.size() + Body.size()))
       return SlotOutcome::Declined;
     // Credit may have come back since they were queued: they go first,
     // and this frame, when they all went, straight into the ring.
@@ -1884,7 +1884,8 @@ ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
   Co->Out = std::move(*Out);
   T->gateLane(*Co);
   ++T->LaneGeneration;
-  T->SendNowMax = std::max<size_t>(T->SendNowMax, Offer->Shape.maxFrame());
+  T->SendNowMax = std::max({T->SendNowMax, Offer->Shape.maxFrame(),
+                            Offer->Shape.areaMaxFrame()});
   char Head[1 + TokenSize];
   Head[0] = char(MailboxAccept);
   support::endian::write64le(Head + 1, Co->PeerToken);
@@ -2309,7 +2310,9 @@ mailbox::Lane::Wrote UcxTransport::writeSlot(Conn &Co, ConnId C,
                                              StringRef Body) {
   // The lane writes the slot and its signal (Mailbox.h); the doorbell, an
   // active message, is ours.
+  uint64_t InArea = Co.Out->Lane->areaFrames();
   mailbox::Lane::Wrote R = Co.Out->Lane->write(Header, Body);
+  Stats.MailboxAreaFrames += Co.Out->Lane->areaFrames() - InArea;
   if (R == mailbox::Lane::Wrote::Doorbell) {
     ringDoorbell(Co, C);
     R = mailbox::Lane::Wrote::Yes;
@@ -2432,7 +2435,8 @@ bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
       mailbox::SlotMessage M;
       if (LLVM_UNLIKELY(!Span ||
                         !mailbox::parseSlot(
-                            StringRef(Slot, size_t(Span) * SlotBytes), M))) {
+                            StringRef(Slot, size_t(Span) * SlotBytes), M) ||
+                        (M.InArea && !In->Read.resolveArea(In->area(), M)))) {
         // Only the peer writes here: a defect is its own frame's loss.
         ++Stats.DroppedFrames;
         Span = std::max(Span, 1u);
@@ -2445,6 +2449,8 @@ bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
       if (int32_t(M.AmBefore - AmLimit) > 0)
         break;
       In->Read.take(Span);
+      if (LLVM_UNLIKELY(M.InArea))
+        In->Read.takeArea(M);
       Took = true;
       ++Stats.MailboxReceived;
       // The handler reads the frame in the slot; an ifunc it runs may
@@ -2531,6 +2537,10 @@ bool UcxTransport::pollRings() {
 void UcxTransport::releaseSlots(Conn &Co) {
   ucx::InRing &In = *Co.In;
   uint64_t Released = In.Read.release();
+  uint64_t Area = In.Read.releaseArea();
+  if (LLVM_UNLIKELY(Area != 0) && Co.Ep)
+    mailbox::storeWord(In.SenderFlags.mapped() + mailbox::AreaReleasedOffset,
+                       Area);
   if (!Released || !Co.Ep)
     return;
   mailbox::storeWord(In.SenderFlags.mapped() + mailbox::ReleasedOffset,

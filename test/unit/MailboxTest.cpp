@@ -63,6 +63,10 @@ struct Loop {
     EXPECT_TRUE(!!M) << llvm::toString(M.takeError());
     if (!M)
       return false;
+    if (M->InArea) {
+      EXPECT_TRUE(R.resolveArea(Ring.data() + G.areaOffset(), *M));
+      R.takeArea(*M);
+    }
     H = M->Header.str();
     B = M->Body.str();
     if (Am)
@@ -71,6 +75,8 @@ struct Loop {
     R.forget(Slot, Span);
     if (uint64_t New = R.release())
       storeWord(Flags + ReleasedOffset, New);
+    if (uint64_t New = R.releaseArea())
+      storeWord(Flags + AreaReleasedOffset, New);
     return true;
   }
 };
@@ -132,6 +138,9 @@ TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
 
 TEST(Mailbox, FramesSpanSlotsUpToHalfTheRing) {
   Geometry G; // 128 slots of 128 bytes
+  EXPECT_EQ(G.areaOffset(), 128u * 128 + 63 * 128);
+  EXPECT_EQ(G.mappedBytes(), G.areaOffset() + (256 << 10));
+  G.AreaBytes = 0; // The ring alone.
   Loop L(G);
   EXPECT_EQ(G.spanMax(), 64u);
   EXPECT_EQ(G.maxFrame(), 64u * 128 - 16);
@@ -280,6 +289,7 @@ TEST(Mailbox, ALaneWaitsForItsReceiverAndSaysWhenToRingItsDoorbell) {
   G.SlotBytes = 64;
   G.Slots = 4;
   G.BankSlots = 2;
+  G.AreaBytes = 0;
   std::vector<char> Ring(G.mappedBytes(), 0);
   alignas(64) char Flags[FlagsBytes] = {};
   uint32_t AmSent = 5;
@@ -348,11 +358,28 @@ TEST(Mailbox, GeometryRules) {
             "mailbox banks of 128 slots (a power of two up to the 64 slots)");
   EXPECT_EQ(Msg(256, 64, 0),
             "mailbox banks of 0 slots (a power of two up to the 64 slots)");
+  auto Area = [](uint32_t Bytes) {
+    Geometry G;
+    G.AreaBytes = Bytes;
+    llvm::Error E = G.check();
+    return E ? llvm::toString(std::move(E)) : std::string("ok");
+  };
+  EXPECT_EQ(Area(0), "ok");
+  EXPECT_EQ(Area(4096), "ok");
+  EXPECT_EQ(Area(1 << 24), "ok");
+  for (uint32_t Bad : {2048u, 5000u, 1u << 25})
+    EXPECT_EQ(Area(Bad), "a mailbox area of " + std::to_string(Bad) +
+                             " bytes (0, or a power of two from 4096 to 16 "
+                             "MiB)");
+  EXPECT_EQ(Geometry().areaMaxFrame(), 65535u) << "sizes are 16-bit";
+  Geometry Small;
+  Small.AreaBytes = 64 << 10;
+  EXPECT_EQ(Small.areaMaxFrame(), 16384u) << "a quarter of the area";
 }
 
 TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
   Offer O;
-  O.Shape = Geometry{128, 32, 8};
+  O.Shape = Geometry{128, 32, 8, 8192};
   O.RingAddress = 0x7f00deadbeef;
   O.RemoteKey = "packed-key-bytes";
   std::string B = encodeOffer(O);
@@ -361,6 +388,7 @@ TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
   EXPECT_EQ(D->Shape.SlotBytes, 128u);
   EXPECT_EQ(D->Shape.Slots, 32u);
   EXPECT_EQ(D->Shape.BankSlots, 8u);
+  EXPECT_EQ(D->Shape.AreaBytes, 8192u);
   EXPECT_EQ(D->RingAddress, O.RingAddress);
   EXPECT_EQ(D->RemoteKey, O.RemoteKey);
   EXPECT_EQ(encodeOffer(*D), B);
@@ -373,13 +401,20 @@ TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
   auto Long = decodeOffer(B + "!");
   ASSERT_FALSE(!!Long);
   EXPECT_EQ(llvm::toString(Long.takeError()),
-            "malformed mailbox offer: 40 bytes, the remote key needs 39");
+            "malformed mailbox offer: 44 bytes, the remote key needs 43");
   std::string Bad = B;
-  Bad[0] = 1; // One frame per slot: not this ring.
+  Bad[0] = 2; // No large-frame area: not this ring.
   auto V = decodeOffer(Bad);
   ASSERT_FALSE(!!V);
   EXPECT_EQ(llvm::toString(V.takeError()),
-            "malformed mailbox offer: version 1 (this runtime reads 2)");
+            "malformed mailbox offer: version 2 (this runtime reads 3)");
+  Bad = B;
+  llvm::support::endian::write32le(&Bad[13], 3000); // Not a power of two.
+  auto AreaBad = decodeOffer(Bad);
+  ASSERT_FALSE(!!AreaBad);
+  EXPECT_EQ(llvm::toString(AreaBad.takeError()),
+            "malformed mailbox offer: a mailbox area of 3000 bytes (0, or a "
+            "power of two from 4096 to 16 MiB)");
   Bad = B;
   llvm::support::endian::write32le(&Bad[5], 33); // Not a power of two.
   auto S = decodeOffer(Bad);
@@ -418,8 +453,8 @@ TEST(Mailbox, MalformedSlotsAreRefused) {
   };
   encodeSlotContent(C, 0, "hdr", "body");
   EXPECT_EQ(Read(), "ok");
-  C[7] = 1;
-  EXPECT_EQ(Read(), "malformed mailbox slot: reserved byte is not 0");
+  C[7] = 2;
+  EXPECT_EQ(Read(), "malformed mailbox slot: kind 2");
   C[7] = 0;
   llvm::support::endian::write16le(C + 4, 49); // 16 + 49 > 64
   EXPECT_EQ(Read(),
@@ -433,6 +468,96 @@ TEST(Mailbox, MalformedSlotsAreRefused) {
             "malformed mailbox slot: a header of 8 bytes in a frame of 7");
   EXPECT_EQ(llvm::toString(readSlot("short").takeError()),
             "malformed mailbox slot: 5 bytes");
+  // A frame in the area: the slot holds its position, and its header must
+  // be within its size; the slot must have room for the position.
+  encodeSlotSizes(C, 0, 3, 500, SlotInArea);
+  llvm::support::endian::write64le(C + 8, 1234);
+  auto M = readSlot(llvm::StringRef(Slot.data(), Slot.size()));
+  ASSERT_TRUE(!!M) << llvm::toString(M.takeError());
+  EXPECT_TRUE(M->InArea);
+  EXPECT_EQ(M->AreaPos, 1234u);
+  EXPECT_EQ(M->AreaFrame, 500u);
+  EXPECT_EQ(M->AreaHeader, 3u);
+  EXPECT_TRUE(M->Header.empty() && M->Body.empty());
+  encodeSlotSizes(C, 0, 0, 500, SlotInArea);
+  EXPECT_EQ(Read(), "malformed mailbox slot: a header of 0 bytes in an area "
+                    "frame of 500");
+  encodeSlotSizes(C, 0, 3, 500, SlotInArea);
+  EXPECT_EQ(llvm::toString(
+                readSlot(llvm::StringRef(Slot.data(), 20)).takeError()),
+            "malformed mailbox slot: 20 bytes, an area frame's position "
+            "needs 24");
+}
+
+TEST(Mailbox, LargeFramesGoThroughTheAreaInTheRingsOrder) {
+  // Frames too big for a span go into the area, announced by a slot: they
+  // arrive in the order of the writes with the frames in slots, the area's
+  // end is skipped where a frame does not fit before it, and the area's
+  // credit holds the writer back until the receiver took what is there.
+  Geometry G{64, 8, 2, 4096}; // Spans up to 4 slots (240 B); area frames
+                              // up to 1 KiB.
+  EXPECT_EQ(G.areaMaxFrame(), 1024u);
+  Loop L(G);
+  EXPECT_FALSE(L.L.takes(1025));
+  EXPECT_EQ(L.L.write("h", std::string(1024, 'x')), Lane::Wrote::No);
+  std::mt19937 Rng(7);
+  std::deque<std::pair<std::string, std::string>> InFlight;
+  unsigned Sent = 0, Got = 0, AreaFull = 0;
+  while (Got < 400) {
+    for (unsigned K = Rng() % 6; K && Sent < 400; --K) {
+      size_t Size = Rng() % 3 ? Rng() % 1000 : Rng() % 100;
+      std::string H = "h" + std::to_string(Sent);
+      std::string B(Size, char('a' + Sent % 26));
+      uint64_t Area0 = L.L.areaFrames();
+      Lane::Wrote W = L.L.write(H, B);
+      if (W == Lane::Wrote::NoCredit) {
+        AreaFull += H.size() + Size > G.maxFrame();
+        break;
+      }
+      ASSERT_EQ(W, Lane::Wrote::Yes) << Sent;
+      EXPECT_EQ(L.L.areaFrames() - Area0, H.size() + Size > G.maxFrame() ? 1u : 0u);
+      InFlight.emplace_back(H, B);
+      ++Sent;
+    }
+    std::string H, B;
+    for (unsigned K = Rng() % 6; K && L.take(H, B); --K) {
+      ASSERT_FALSE(InFlight.empty());
+      ASSERT_EQ(H, InFlight.front().first);
+      ASSERT_EQ(B, InFlight.front().second) << H;
+      InFlight.pop_front();
+      ++Got;
+    }
+  }
+  EXPECT_GT(L.L.areaFrames(), 100u);
+  EXPECT_GT(AreaFull, 0u) << "the area never ran full";
+  EXPECT_GT(L.L.areaFrames() * 500, 4u * G.AreaBytes) << "no lap of the area";
+
+  // The receiver's checks of a position the sender wrote.
+  Reader R(G);
+  const char *Area = L.Ring.data() + G.areaOffset();
+  SlotMessage M;
+  M.InArea = true;
+  M.AreaHeader = 2;
+  M.AreaFrame = 1000;
+  M.AreaPos = 0;
+  EXPECT_TRUE(R.resolveArea(Area, M));
+  EXPECT_EQ(M.Header.data(), Area);
+  EXPECT_EQ(M.Body.size(), 998u);
+  R.takeArea(M);
+  EXPECT_EQ(R.releaseArea(), 1000u);
+  EXPECT_EQ(R.releaseArea(), 0u) << "nothing new";
+  for (uint64_t Pos : {999u, 3500u, 4096u + 1000u}) {
+    M.AreaPos = Pos; // Before what was taken; across the end; a lap ahead.
+    EXPECT_FALSE(R.resolveArea(Area, M)) << Pos;
+  }
+  M.AreaPos = 4096; // The next lap's start, skipping the end: in order.
+  EXPECT_TRUE(R.resolveArea(Area, M));
+  M.AreaPos = 1000;
+  M.AreaFrame = 1025; // Over a quarter of the area.
+  EXPECT_FALSE(R.resolveArea(Area, M));
+  Reader NoArea(Geometry{64, 8, 2, 0});
+  M.AreaFrame = 10;
+  EXPECT_FALSE(NoArea.resolveArea(Area, M));
 }
 
 } // namespace

@@ -1682,10 +1682,11 @@ struct MailboxPair {
 
 TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   // Frames through the lane (the runtime's fast path) or trySendNow() go
-  // by mailbox, in one slot or a span of several; frames too big for a
-  // span, frames sent with send() (a completion to report), and frames
-  // when the ring has no credit go as AMs. B delivers all of them in the
-  // order A sent them.
+  // by mailbox, in one slot or a span of several, or (too big for a span)
+  // in the ring's large-frame area; frames too big for the area, frames
+  // sent with send() (a completion to report), and frames when the ring
+  // has no credit go as AMs. B delivers all of them in the order A sent
+  // them.
   MailboxPair P;
   P.setUp();
   std::mt19937 Rng(5);
@@ -1703,11 +1704,12 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
       case 3:
         P.send(pattern(Rng() % 40, I), false);
         break;
-      case 4: { // A span of 2 to 64 slots, or more than a span holds.
+      case 4: { // A span of 2 to 64 slots, the area, or more than it takes.
         unsigned Kind = Rng() % 8;
-        P.send(pattern(Kind < 6 ? 100 + Rng() % 500
-                       : Kind == 6 ? 100 + Rng() % 8070
-                                   : 8171,
+        P.send(pattern(Kind < 4    ? 100 + Rng() % 500
+                       : Kind == 4 ? 100 + Rng() % 8070
+                       : Kind < 7  ? 8171 + Rng() % 50000
+                                   : 65600,
                        I),
                true);
         break;
@@ -1730,6 +1732,7 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   P.expectAllInOrder();
   TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
   EXPECT_GT(SA.MailboxSent, 100u);
+  EXPECT_GT(SA.MailboxAreaFrames, 100u);
   EXPECT_GT(SA.MailboxNoCredit, 0u) << "the ring never ran full";
   // The lane wrote frames, and was closed while frames waited for credit
   // (had it stayed open, its frames would have overtaken them).
