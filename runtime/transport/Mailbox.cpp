@@ -135,36 +135,30 @@ Expected<SlotMessage> readSlot(StringRef Slot) {
     return createStringError(
         formatv("malformed mailbox slot: kind {0}", unsigned(uint8_t(P[7])))
             .str());
-  if (P[7] == SlotInArea) {
-    if (Slot.size() < SlotHeaderBytes + AreaPosBytes)
-      return createStringError(
-          formatv("malformed mailbox slot: {0} bytes, an area frame's "
-                  "position needs {1}",
-                  Slot.size(), SlotHeaderBytes + AreaPosBytes)
-              .str());
-    if (Header == 0 || Header > Frame)
-      return createStringError(
-          formatv("malformed mailbox slot: a header of {0} bytes in an area "
-                  "frame of {1}",
-                  Header, Frame)
-              .str());
-    M.InArea = true;
-    M.AreaPos = endian::read64le(P + 8);
-    M.AreaFrame = uint16_t(Frame);
-    M.AreaHeader = uint8_t(Header);
-    return M;
-  }
-  if (Frame > Slot.size() - SlotHeaderBytes)
+  bool InArea = P[7] == SlotInArea;
+  if (InArea && Slot.size() < SlotHeaderBytes + AreaPosBytes)
+    return createStringError(
+        formatv("malformed mailbox slot: {0} bytes, an area frame's "
+                "position needs {1}",
+                Slot.size(), SlotHeaderBytes + AreaPosBytes)
+            .str());
+  if (!InArea && Frame > Slot.size() - SlotHeaderBytes)
     return createStringError(
         formatv("malformed mailbox slot: a frame of {0} bytes in a slot of {1}",
                 Frame, Slot.size())
             .str());
   if (Header == 0 || Header > Frame)
     return createStringError(
-        formatv("malformed mailbox slot: a header of {0} bytes in a frame of "
-                "{1}",
-                Header, Frame)
+        formatv("malformed mailbox slot: a header of {0} bytes in {1} of {2}",
+                Header, InArea ? "an area frame" : "a frame", Frame)
             .str());
+  if (InArea) {
+    M.InArea = true;
+    M.AreaPos = endian::read64le(P + 8);
+    M.AreaFrame = uint16_t(Frame);
+    M.AreaHeader = uint8_t(Header);
+    return M;
+  }
   M.Header = Slot.substr(SlotHeaderBytes, Header);
   M.Body = Slot.substr(SlotHeaderBytes + Header, Frame - Header);
   return M;

@@ -398,30 +398,25 @@ TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
     if (!Cut)
       llvm::consumeError(Cut.takeError());
   }
-  auto Long = decodeOffer(B + "!");
-  ASSERT_FALSE(!!Long);
-  EXPECT_EQ(llvm::toString(Long.takeError()),
+  // The error an offer with one defect is refused with.
+  auto Refusal = [](const std::string &Bad) {
+    auto R = decodeOffer(Bad);
+    return R ? std::string("accepted") : llvm::toString(R.takeError());
+  };
+  EXPECT_EQ(Refusal(B + "!"),
             "malformed mailbox offer: 44 bytes, the remote key needs 43");
   std::string Bad = B;
   Bad[0] = 2; // No large-frame area: not this ring.
-  auto V = decodeOffer(Bad);
-  ASSERT_FALSE(!!V);
-  EXPECT_EQ(llvm::toString(V.takeError()),
+  EXPECT_EQ(Refusal(Bad),
             "malformed mailbox offer: version 2 (this runtime reads 3)");
   Bad = B;
   llvm::support::endian::write32le(&Bad[13], 3000); // Not a power of two.
-  auto AreaBad = decodeOffer(Bad);
-  ASSERT_FALSE(!!AreaBad);
-  EXPECT_EQ(llvm::toString(AreaBad.takeError()),
-            "malformed mailbox offer: a mailbox area of 3000 bytes (0, or a "
-            "power of two from 4096 to 16 MiB)");
+  EXPECT_EQ(Refusal(Bad), "malformed mailbox offer: a mailbox area of 3000 "
+                          "bytes (0, or a power of two from 4096 to 16 MiB)");
   Bad = B;
   llvm::support::endian::write32le(&Bad[5], 33); // Not a power of two.
-  auto S = decodeOffer(Bad);
-  ASSERT_FALSE(!!S);
-  EXPECT_EQ(llvm::toString(S.takeError()),
-            "malformed mailbox offer: mailbox of 33 slots (a power of two up "
-            "to 65536)");
+  EXPECT_EQ(Refusal(Bad), "malformed mailbox offer: mailbox of 33 slots (a "
+                          "power of two up to 65536)");
 
   Accept A;
   A.FlagsAddress = 42;
