@@ -9,8 +9,11 @@
 // receiver, polling the signal word of the slot it expects next, hands the
 // frame on in place, as if it had come as an active message. Credit goes
 // back by put too: the receiver writes how many slots it has released into
-// a word of the sender's own registered memory, a bank of slots at a time. docs/wire-format.md,
-// "Mailboxes", gives every byte.
+// a word of the sender's own registered memory, a bank of slots at a time.
+// A frame too big for a span goes into the large-frame area behind the
+// ring, announced by a slot that says where (so it keeps its place in the
+// ring's order); the area's credit is the position the receiver released.
+// docs/wire-format.md, "Mailboxes", gives every byte.
 //
 // This file is the part without UCX: the slot and record layouts (decoded
 // from untrusted bytes: every size is checked, a defect is an error, never a
