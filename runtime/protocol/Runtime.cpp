@@ -510,6 +510,11 @@ void Runtime::sendByTransport(ConnId C, Conn &S, const SmallInvoke &I,
                               StringRef Payload,
                               unique_function<void(Error)> &&Done,
                               const std::shared_ptr<std::string> *Owner) {
+  // Steady state of the active-message path: no completion to keep and a
+  // small payload, laid out once, as the transport sends it.
+  if (!Done && Payload.size() <= FrameNowPayloadMax &&
+      FrameHeaderSize + Payload.size() <= T->sendNowMax())
+    return sendLaidOut(C, S, I, Payload);
   char Buf[Transport::HeaderRoom + FrameHeaderSize];
   char *Header = Buf + Transport::HeaderRoom;
   size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Header);
@@ -525,20 +530,8 @@ void Runtime::sendByTransport(ConnId C, Conn &S, const SmallInvoke &I,
   T->sendWithRoom(C, StringRef(Header, Size), Payload, std::move(Done));
 }
 
-void Runtime::send(ConnId C, const Message &M) {
-  Conn &S = conn(C);
-  if (LLVM_UNLIKELY(S.Blocked || S.LastSent != M.Code || Opts.AlwaysShipCode))
-    return send(C, M, unique_function<void(Error)>());
-  SmallInvoke I{FrameType::Invoke, S.NextSeq++, S.LastSentId};
-  StringRef Payload = *M.Payload;
-  if (laneSend(C, S, I, Payload))
-    return;
-  // The steady state of the active-message path: the frame is laid out
-  // once, here, as the transport sends it (Transport::trySendFrameNow()).
-  if (LLVM_UNLIKELY(Payload.size() > FrameNowPayloadMax ||
-                    FrameHeaderSize + Payload.size() > T->sendNowMax()))
-    return sendByTransport(C, S, I, Payload, unique_function<void(Error)>(),
-                           &M.Payload);
+void Runtime::sendLaidOut(ConnId C, Conn &S, const SmallInvoke &I,
+                          StringRef Payload) {
   alignas(8) char Buf[Transport::FrameRoom + Transport::FrameNowMax];
   char *Frame = Buf + Transport::FrameRoom;
   size_t Size = encodeInvokeHeader(S.Compact, I, Payload.size(), Frame);
@@ -550,6 +543,16 @@ void Runtime::send(ConnId C, const Message &M) {
   T->sendWithRoom(C, StringRef(Frame, Size),
                   StringRef(Frame + Size, Payload.size()),
                   unique_function<void(Error)>());
+}
+
+void Runtime::send(ConnId C, const Message &M) {
+  Conn &S = conn(C);
+  if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
+                  !Opts.AlwaysShipCode))
+    return sendSmall(
+        C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
+        *M.Payload, unique_function<void(Error)>(), &M.Payload);
+  send(C, M, unique_function<void(Error)>());
 }
 
 void Runtime::send(ConnId C, const Message &M,

@@ -488,8 +488,13 @@ private:
                   llvm::StringRef Payload,
                   llvm::unique_function<void(llvm::Error)> &&Done,
                   const std::shared_ptr<std::string> *Owner);
-  /// Payloads send() lays out with their header for
-  /// Transport::trySendFrameNow().
+  /// Encodes the frame of \p I with \p Payload behind its header into one
+  /// buffer with Transport::FrameRoom in front, and hands it to
+  /// Transport::trySendFrameNow() (else sendWithRoom()). No completion.
+  LLVM_ATTRIBUTE_ALWAYS_INLINE void sendLaidOut(ConnId C, Conn &S,
+                                                const SmallInvoke &I,
+                                                llvm::StringRef Payload);
+  /// Payloads sendByTransport() lays out with their header (sendLaidOut()).
   static constexpr size_t FrameNowPayloadMax =
       Transport::FrameNowMax - FrameHeaderSize;
   void drain(ConnId C);

@@ -471,6 +471,18 @@ private:
   /// the frame is too big for it.
   LLVM_ATTRIBUTE_ALWAYS_INLINE bool sendInline(Conn &Co, StringRef Header,
                                                StringRef Body);
+  /// Whether a frame of \p Co may leave at once (trySendNow()): the peer's
+  /// token known, nothing of it held by UCX or in the backlog, and (with
+  /// coalescing) the first frame of this progress() round.
+  bool leavesAtOnce(const Conn &Co) const {
+    return Co.PeerToken && !Co.Held && Co.Backlog.empty() &&
+           !(Coalesce && Co.LastRound == Round);
+  }
+  /// Whether an inline message of \p Len bytes (token and size included)
+  /// is one UCX takes at once on \p Co.
+  static bool inlineFits(const Conn &Co, size_t Len) {
+    return Len <= InlineMax && Len <= Co.ImmediateCeiling;
+  }
   /// What trySendNow() records for a frame sendInline() sent.
   void sentInline(Conn &Co) {
     Co.LastRound = Round;
@@ -1237,8 +1249,7 @@ bool UcxTransport::trySendNow(ConnId C, StringRef Header, StringRef Body) {
     if (O != SlotOutcome::UseAm)
       return O == SlotOutcome::Taken;
   }
-  if (LLVM_UNLIKELY(!Co->PeerToken || Co->Held || !Co->Backlog.empty() ||
-                    (Coalesce && Co->LastRound == Round)))
+  if (LLVM_UNLIKELY(!leavesAtOnce(*Co)))
     return Coalesce && appendToOpenBatch(*Co, Header, Body);
   // The first frame of a round leaves at once: the general path, for one
   // that is not inline.
@@ -1256,11 +1267,9 @@ bool UcxTransport::trySendFrameNow(ConnId C, char *Frame, size_t HeaderSize,
   // case is trySendNow()'s.
   static_assert(TokenSize + 1 <= FrameRoom, "the room holds the prefix");
   Conn *Co = findConn(C);
-  if (LLVM_LIKELY(Co && Co->Ep && !Co->Out && Co->PeerToken && !Co->Held &&
-                  Co->Backlog.empty() &&
-                  !(Coalesce && Co->LastRound == Round))) {
+  if (LLVM_LIKELY(Co && Co->Ep && !Co->Out && leavesAtOnce(*Co))) {
     size_t Len = TokenSize + 1 + Size;
-    if (Len > InlineMax || Len > Co->ImmediateCeiling ||
+    if (!inlineFits(*Co, Len) ||
         !postInline(*Co, Frame - TokenSize - 1, HeaderSize, Len))
       return false;
     sentInline(*Co);
@@ -1274,8 +1283,8 @@ UcxTransport::SlotOutcome UcxTransport::trySlot(Conn &Co, ConnId C,
                                                 StringRef Header,
                                                 StringRef Body) {
   if (LLVM_UNLIKELY(!Co.Pending.empty())) {
-    // Behind frames that wait for credit; one too big for a slot is
-    // queued as an AM by sendFrame().
+    // Behind frames that wait for credit; one too big for the ring and its
+    // area is queued as an AM by sendFrame().
     if (!Co.Out->Lane->takes(Header.size() + Body.size()))
       return SlotOutcome::Declined;
     // Credit may have come back since they were queued: they go first,
@@ -1327,7 +1336,7 @@ inline bool UcxTransport::appendToOpenBatch(Conn &Co, StringRef Header,
 inline bool UcxTransport::sendInline(Conn &Co, StringRef Header,
                                      StringRef Body) {
   size_t Len = TokenSize + 1 + Header.size() + Body.size();
-  if (Len > InlineMax || Len > Co.ImmediateCeiling)
+  if (!inlineFits(Co, Len))
     return false;
   char Buf[InlineMax];
   copyBytes(Buf + TokenSize + 1, Header.data(), Header.size());
