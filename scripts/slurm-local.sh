@@ -38,7 +38,7 @@
 # (slurmd starts tasks as the job's user).
 #
 # Every wait is bounded (--idle-timeout, default 60 s, for the node to become
-# idle; stopping takes at most about 40 s); a failure is one line
+# idle; stopping takes about a minute at most); a failure is one line
 # `slurm-local.sh: error: ...` on stderr and exit status 1.
 set -uo pipefail
 
@@ -174,8 +174,8 @@ stop_pids() {
 marker=.tc-slurm-local
 daemons=(munged slurmctld slurmd)
 
-# is_up D: all three daemons of D run; with a second argument, the node also
-# answers (any state but down/drained/not responding).
+# is_up D: all three daemons of D run and the node answers in a state that
+# takes jobs (not down, drained or not responding).
 is_up() {
   local d=$1 n state
   [[ -f "$d/$marker" ]] || return 1
@@ -186,7 +186,8 @@ is_up() {
 }
 
 # stop_cluster D: cancel its jobs, end its slurmstepds and daemons (by PID),
-# remove D. Quiet and idempotent; bounded (about 40 s at most).
+# remove D. Quiet and idempotent; bounded (about a minute at most, about 1 s
+# when all goes well).
 stop_cluster() {
   local d=$1 n pid pids=() jobs
   [[ -f "$d/$marker" ]] || return 0
@@ -517,7 +518,7 @@ if ((!named_dir && !keep && !new)) && is_up "$dir"; then
 elif ((new || (!named_dir && !keep))); then
   check || exit 1
   dir=$(mktemp -d /tmp/tc-slurm.XXXXXX) || die "cannot make a directory in /tmp"
-  start_cluster "$dir" || exit 1
+  start_cluster "$dir" || { rm -rf -- "$dir"; exit 1; }
   started=$dir
 else
   check || exit 1
