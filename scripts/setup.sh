@@ -18,6 +18,10 @@ PACKAGES=(
   # PMIx bootstrap (issue #20): libtc's wire-up under mpirun / srun, and
   # Open MPI's mpirun (a PMIx server) for its tests
   libpmix-dev openmpi-bin
+  # Slurm (issue #36): a one-node cluster started by scripts/slurm-local.sh
+  # for `srun --mpi=pmix` (the pmix plugin is in slurm-wlm-basic-plugins,
+  # which slurmd pulls in; it dlopens libpmix-dev's libpmix.so)
+  slurmctld slurmd slurm-client munge
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
   # aarch64 cross build and its tests under qemu (scripts/build-aarch64.sh,
