@@ -4,7 +4,9 @@
 // are exactly what LLVM tools read. The reader does not use
 // OffloadBinary::create: that parser trusts string offsets and termination,
 // and archives come from the network. Every offset, size, count and string is
-// checked here, in the order docs/archive-format.md lists the checks.
+// checked here, in the order docs/archive-format.md lists the checks, and
+// every byte nothing describes (padding) must be zero, as the writer writes
+// it: one archive, one byte form.
 //
 //===----------------------------------------------------------------------===//
 
@@ -621,6 +623,12 @@ public:
 
   /// Parses the header, entry and string map; the image is left stored.
   Error parse(BinaryLayout &L, StringRef &StoredImage) const;
+
+private:
+  /// Requires every byte outside the \p Used ranges ([begin, end): header,
+  /// entry, string table, strings, image) to be zero: the writer's padding
+  /// is, and one archive then has one byte form.
+  Error checkPadding(MutableArrayRef<std::pair<uint64_t, uint64_t>> Used) const;
 };
 } // namespace
 
@@ -668,6 +676,10 @@ Error BinaryReader::parse(BinaryLayout &L, StringRef &StoredImage) const {
                             Fixed[J].What, Fixed[J].Begin, Fixed[J].End));
 
   StringSet<> Keys;
+  // Every byte something describes; the rest is padding.
+  SmallVector<std::pair<uint64_t, uint64_t>, 16> Used;
+  for (const Region &F : Fixed)
+    Used.emplace_back(F.Begin, F.End);
   for (uint64_t I = 0; I < L.NumStrings; ++I) {
     uint64_t SE = L.StringOffset + I * StringEntrySize;
     Expected<StringRef> Key = string("key", u64(SE), Fixed);
@@ -678,10 +690,34 @@ Error BinaryReader::parse(BinaryLayout &L, StringRef &StoredImage) const {
       return Value.takeError();
     if (!Keys.insert(*Key).second)
       return fail(formatv("key '{0}' appears twice", *Key));
+    Used.emplace_back(u64(SE), u64(SE) + Key->size() + 1);
+    Used.emplace_back(u64(SE + 8), u64(SE + 8) + Value->size() + 1);
     L.Strings.emplace_back(Key->str(), Value->str());
   }
+  if (Error Err = checkPadding(Used))
+    return Err;
   StoredImage = Bytes.substr(L.ImageOffset, L.ImageSize);
   return Error::success();
+}
+
+Error BinaryReader::checkPadding(
+    MutableArrayRef<std::pair<uint64_t, uint64_t>> Used) const {
+  llvm::sort(Used);
+  uint64_t At = 0;
+  auto Zero = [&](uint64_t End) -> Error {
+    for (; At < End; ++At)
+      if (Bytes[At] != 0)
+        return fail(formatv("padding byte at offset {0} (archive offset {1}) "
+                            "is {2:x2}; padding must be zero",
+                            At, Offset + At, uint8_t(Bytes[At])));
+    return Error::success();
+  };
+  for (const auto &[Begin, End] : Used) {
+    if (Error E = Zero(std::max(At, Begin)))
+      return E;
+    At = std::max(At, End);
+  }
+  return Zero(Bytes.size());
 }
 
 /// Looks up the string map of a parsed binary.

@@ -45,7 +45,7 @@ id=$("$bin/tc-ar" --version | sed -n 's/^zstd dictionary \([0-9a-f]*\) .*/\1/p')
 "${patch[@]}" zstd-dict.tcfb malformed-dict-key-missing.tcfb \
   replace=tc.dict,xx.dict
 "${patch[@]}" zstd-dict.tcfb malformed-dict-without-zstd-dict.tcfb \
-  replace-hex=7a7374642d6469637400,7a737464006469637400
+  replace-hex=7a7374642d6469637400,7a737464000000000000
 "${patch[@]}" zstd-dict.tcfb malformed-truncated-zstd-dict.tcfb shrink=0,8
 "${patch[@]}" v3-thin.tcfb malformed-v3-hash-key.tcfb replace=tc.name,tc.hash
 "${patch[@]}" v3-thin.tcfb malformed-v3-size-key.tcfb replace=tc.dict,tc.size

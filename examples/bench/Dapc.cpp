@@ -475,23 +475,25 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   }
   printRecords(Out, O.Fmt);
   if (O.Fmt == Format::Table) {
+    // Ratios of one metric between two modes at the same server count and
+    // depth, measured in this run; each line names the metric (the rows
+    // also hold other metrics, such as mailbox_share, for the same modes).
+    auto Ratio = [&](const char *Num, const char *Den, long Depth,
+                     const char *Fmt) {
+      for (const Record &N : Out)
+        if (N.Mode == Num && N.Metric == "rate_chases" &&
+            (Depth < 0 || N.Depth == Depth))
+          for (const Record &D : Out)
+            if (D.Mode == Den && D.Metric == "rate_chases" &&
+                D.Servers == N.Servers && D.Depth == N.Depth)
+              std::printf(Fmt, N.Servers, N.Depth, N.Value / D.Value);
+    };
     // The paper's headline: DAPC over GBPC at the deepest chase.
-    for (const Record &R : Out)
-      if (R.Mode == "dapc" && R.Depth == static_cast<long>(P.Depths.back()))
-        for (const Record &G : Out)
-          if (G.Mode == "gbpc" && G.Servers == R.Servers &&
-              G.Depth == R.Depth)
-            std::printf("servers %ld depth %ld: dapc/gbpc %.2f\n", R.Servers,
-                        R.Depth, R.Value / G.Value);
-    // What the sandbox costs: dapc-sandbox over dapc, same servers count
-    // and depth, measured in this run.
-    for (const Record &R : Out)
-      if (R.Mode == "dapc-sandbox")
-        for (const Record &D : Out)
-          if (D.Mode == "dapc" && D.Servers == R.Servers &&
-              D.Depth == R.Depth)
-            std::printf("servers %ld depth %ld: dapc/dapc-sandbox rate %.3f\n",
-                        R.Servers, R.Depth, D.Value / R.Value);
+    Ratio("dapc", "gbpc", static_cast<long>(P.Depths.back()),
+          "servers %ld depth %ld: dapc/gbpc rate %.3f\n");
+    // What the sandbox costs: how many times faster the plain chaser runs.
+    Ratio("dapc", "dapc-sandbox", -1,
+          "servers %ld depth %ld: dapc/dapc-sandbox rate %.3f\n");
   }
   return 0;
 }

@@ -299,7 +299,10 @@ int         tc_worker_progress(tc_worker_h worker);
  *  an idle worker costs no CPU. Call tc_worker_progress() afterwards. */
 tc_status_t tc_worker_wait(tc_worker_h worker, int timeout_ms);
 
-/** @brief Accept connections on @p host : @p port (0: any free port). */
+/** @brief Accept connections on @p host : @p port (0: any free port).
+ *  Whoever connects runs code in this process under the context's policy
+ *  (allow_hashes, trusted_keys, exec_mode): libtc applies no protected mode,
+ *  so a worker listening beyond loopback should set one (docs/c-api.md). */
 tc_status_t tc_worker_listen(tc_worker_h worker, const char *host,
                              uint16_t port, uint16_t *port_p);
 /** @brief This worker's address, for bootstrap by your own launcher. */

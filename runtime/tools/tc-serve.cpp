@@ -4,7 +4,8 @@
 // memory region as its target_args, lets senders read that region, and on
 // SIGINT/SIGTERM prints its counters and exits 0 (at once, from the signal
 // handler, if an ifunc is running). Idle, it blocks in the transport's
-// wait: no CPU.
+// wait: no CPU. Protected mode: it listens beyond loopback only with a
+// policy on what runs, or told to run anyone's native code.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,12 +21,16 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <arpa/inet.h>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
 
@@ -39,8 +44,16 @@ Runs ifuncs sent by tc-send or libtc senders. Also runs one function linked
 into tc-serve itself, "increment" (adds 1 to the region's first 8 bytes),
 for `tc-send --local increment`: the active-message baseline.
 
+Protected mode: on an address that is not loopback (127.0.0.0/8, ::1, a
+name that resolves only to those), tc-serve starts only with --trust,
+--allow or --exec sandbox, or with --allow-untrusted-native.
+
 OPTIONS:
   --listen HOST:PORT   Address to accept connections on (port 0: any)
+  --allow-untrusted-native
+                       Listen beyond loopback with no --trust, --allow or
+                       --exec sandbox: run native code from anyone who can
+                       reach the address
   --region-size N      Bytes of target memory passed as target_args (4096)
   --allow FILE         Only run archives whose hash (64 hex digits per line)
                        is listed in FILE
@@ -73,7 +86,9 @@ OPTIONS:
   --pmix               Started by mpirun or srun --mpi=pmix: publish this
                        worker under its rank (senders use --to-rank), and
                        exit when every rank of the job has finished (a
-                       PMIx barrier); --listen is then optional
+                       PMIx barrier); --listen is then optional. The job's
+                       ranks trust each other: no protected mode for them
+                       (a --listen beside it still has it)
   -v                   One line per event
   --help, --version
 )";
@@ -204,6 +219,41 @@ static Error preloadIfuncs(Runtime &R, StringRef Dirs) {
   return Error::success();
 }
 
+/// Whether \p A is a loopback address: 127.0.0.0/8, ::1, or 127.0.0.0/8
+/// mapped into IPv6 (::ffff:127.x.y.z).
+static bool isLoopback(const sockaddr *A) {
+  if (A->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in *>(A)->sin_addr.s_addr) >>
+            24) == 127;
+  if (A->sa_family != AF_INET6)
+    return false;
+  const in6_addr &V6 = reinterpret_cast<const sockaddr_in6 *>(A)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(&V6) ||
+         (IN6_IS_ADDR_V4MAPPED(&V6) && V6.s6_addr[12] == 127);
+}
+
+/// Protected mode's test: whether \p Host, resolved as the transport
+/// resolves a listen address (getaddrinfo, any family, stream sockets,
+/// AI_PASSIVE; an empty host is the wildcard), yields only loopback
+/// addresses. The transport binds the first of them; requiring all keeps
+/// the answer true whichever that is.
+static Expected<bool> listensOnLoopbackOnly(StringRef Host, uint16_t Port) {
+  addrinfo Hints{}, *Res = nullptr;
+  Hints.ai_family = AF_UNSPEC;
+  Hints.ai_socktype = SOCK_STREAM;
+  Hints.ai_flags = AI_PASSIVE;
+  std::string H = Host.str(), P = std::to_string(Port);
+  if (int RC = getaddrinfo(H.empty() ? nullptr : H.c_str(), P.c_str(), &Hints,
+                           &Res))
+    return createStringError("cannot resolve '%s:%u': %s", H.c_str(),
+                             unsigned(Port), gai_strerror(RC));
+  bool All = Res != nullptr;
+  for (const addrinfo *I = Res; I; I = I->ai_next)
+    All = All && isLoopback(I->ai_addr);
+  freeaddrinfo(Res);
+  return All;
+}
+
 static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
   ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
   if (!B)
@@ -226,6 +276,9 @@ static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
     std::copy(Raw.begin(), Raw.end(), H.begin());
     Out.insert(H);
   }
+  // The runtime reads an empty list as no list: every archive would run.
+  if (Out.empty())
+    return createStringError("'%s' lists no hash", Path.str().c_str());
   return Out;
 }
 
@@ -233,7 +286,7 @@ int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
-  bool Verbose = false, Pmix = false, Prewarm = true;
+  bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
@@ -245,6 +298,8 @@ int main(int argc, char **argv) {
       Pmix = true;
     } else if (A == "--no-prewarm") {
       Prewarm = false;
+    } else if (A == "--allow-untrusted-native") {
+      Untrusted = true;
     } else if (takeOption(argc, argv, I, "--listen", Listen, OptError) ||
                takeOption(argc, argv, I, "--region-size", RegionSize, OptError) ||
                takeOption(argc, argv, I, "--allow", Allow, OptError) ||
@@ -318,6 +373,22 @@ int main(int argc, char **argv) {
     if (!L)
       return toolError(Tool, toString(L.takeError()));
     Opts.AllowedHashes = std::move(*L);
+  }
+  // Protected mode: a listener beyond loopback runs code from anyone who
+  // reaches it, so it needs a policy on what runs or an explicit opt-in.
+  // --pmix alone opens no listener: its peers are the ranks of its job.
+  if (!Listen.empty() && !Untrusted && Opts.TrustedKeys.empty() &&
+      Opts.AllowedHashes.empty() && Opts.Mode != LoadMode::Sandbox) {
+    Expected<bool> Loopback = listensOnLoopbackOnly(HP->first, HP->second);
+    if (!Loopback)
+      return toolError(Tool, toString(Loopback.takeError()));
+    if (!*Loopback)
+      return toolError(
+          Tool, "refusing to run native code from anyone who can reach " +
+                    Listen +
+                    " (not a loopback address): give --trust KEY.pub, "
+                    "--allow HASHFILE or --exec sandbox, or "
+                    "--allow-untrusted-native to run it anyway");
   }
 
   // The region: zeroed, aligned for any type an ifunc may keep there.

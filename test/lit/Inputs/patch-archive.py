@@ -5,9 +5,11 @@ Usage: patch-archive.py IN OUT EDIT...
                       NEW (same length, so no offset moves)
   replace-hex=OLD,NEW the same with bytes given in hex (NULs included)
   shrink=N,BYTES      make member N's image BYTES shorter (its ImageSize field;
-                      the cut-off bytes become padding); N = -1: the manifest's
+                      the cut-off bytes become padding, zeroed as padding must
+                      be); N = -1: the manifest's
   image=N,FILE        store FILE's bytes as member N's image, in place (they
-                      must fit in the binary: no offset moves)"""
+                      must fit in the binary: no offset moves; what is left
+                      of the old image becomes zero padding)"""
 import struct
 import sys
 
@@ -28,14 +30,16 @@ for edit in sys.argv[3:]:
             off += struct.unpack_from("<Q", data, off + 8)[0]
         entry = off + struct.unpack_from("<Q", data, off + 16)[0]
         size = struct.unpack_from("<Q", data, entry + 32)[0]
+        at = off + struct.unpack_from("<Q", data, entry + 24)[0]
         if op == "shrink":
             struct.pack_into("<Q", data, entry + 32, size - int(val))
+            data[at + size - int(val):at + size] = bytes(int(val))
         else:
             image = open(val, "rb").read()
-            at = off + struct.unpack_from("<Q", data, entry + 24)[0]
             end = off + struct.unpack_from("<Q", data, off + 8)[0]
             assert at + len(image) <= end, "the image fits in the binary"
-            data[at:at + len(image)] = image
+            data[at:at + max(size, len(image))] = (
+                image + bytes(max(size - len(image), 0)))
             struct.pack_into("<Q", data, entry + 32, len(image))
     else:
         sys.exit("unknown edit " + edit)
