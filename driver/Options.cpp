@@ -328,6 +328,12 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
     if (isGPUTriple(T.Triple))
       if (Error E = finishGPUTarget(T))
         return std::move(E);
+  // A GPU a --target already builds is built once.
+  llvm::erase_if(O.GPUTargets, [&](const CompileTarget &G) {
+    return llvm::any_of(O.Targets, [&](const CompileTarget &T) {
+      return T.Triple == G.Triple && T.CPU == G.CPU;
+    });
+  });
   for (auto &[T, Dir] : Sysroots) {
     if (T.empty()) {
       O.DefaultSysroot = Dir;
