@@ -558,7 +558,29 @@ void checkDeviceCode(Module &M, ReportFn Report) {
                      "' is variadic: a GPU member cannot make variadic "
                      "calls");
     SmallPtrSet<const Function *, 4> Reported;
+    bool WideAtomic = false;
     for (const Instruction &I : instructions(F)) {
+      // PTX atomics are 32 and 64 bits (8 and 16 go through a 32-bit
+      // compare-and-swap); LLVM 22 cannot lower wider ones for nvptx.
+      Type *AT = nullptr;
+      if (const auto *RMW = dyn_cast<AtomicRMWInst>(&I))
+        AT = RMW->getValOperand()->getType();
+      else if (const auto *CX = dyn_cast<AtomicCmpXchgInst>(&I))
+        AT = CX->getNewValOperand()->getType();
+      else if (const auto *L = dyn_cast<LoadInst>(&I); L && L->isAtomic())
+        AT = L->getType();
+      else if (const auto *S = dyn_cast<StoreInst>(&I); S && S->isAtomic())
+        AT = S->getValueOperand()->getType();
+      if (AT && !WideAtomic &&
+          M.getDataLayout().getTypeSizeInBits(AT).getFixedValue() > 64) {
+        WideAtomic = true;
+        Report(&F, "function '" + F.getName() + "' uses a " +
+                       Twine(M.getDataLayout()
+                                 .getTypeSizeInBits(AT)
+                                 .getFixedValue()) +
+                       "-bit atomic operation: GPU atomics are 32 and 64 "
+                       "bits (8 and 16 through a 32-bit compare-and-swap)");
+      }
       const auto *CB = dyn_cast<CallBase>(&I);
       if (!CB)
         continue;

@@ -48,8 +48,8 @@ llvm::Error resolveDeviceCalls(llvm::Module &M, llvm::StringRef Library);
 /// Reports what a GPU member cannot run: calls to functions it does not
 /// define (libc, libm outside libclc's list, libtc), variadic functions
 /// and calls, recursion (any call-graph cycle), thread-locals, references
-/// to external variables, math intrinsics without a GPU lowering, inline
-/// assembly.
+/// to external variables, math intrinsics without a GPU lowering, atomics
+/// wider than 64 bits, inline assembly.
 void checkDeviceCode(llvm::Module &M, ReportFn Report);
 
 } // namespace gpu
