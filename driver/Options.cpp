@@ -319,9 +319,18 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
   if (O.Inputs.empty())
     return createStringError("no input files");
   bool PendingGPUArch = StringRef(PendingCPU).starts_with("sm_");
-  if (O.Targets.empty() && !llvm::all_of(O.Inputs, isIRInput))
+  bool AllIR = llvm::all_of(O.Inputs, isIRInput);
+  if (O.Targets.empty() && !AllIR)
     for (const char *T : DefaultTargets)
       O.Targets.push_back({T, PendingGPUArch ? "" : PendingCPU, ""});
+  // A GPU architecture for no GPU target would be dropped without a word.
+  if (PendingGPUArch && !AllIR &&
+      llvm::none_of(O.Targets, [](const CompileTarget &T) {
+        return isGPUTriple(T.Triple);
+      }))
+    return createStringError("-mcpu=%s names a GPU architecture, but no "
+                             "--target is a GPU (use --offload-arch=%s)",
+                             PendingCPU.c_str(), PendingCPU.c_str());
   // Otherwise IR inputs name the targets; see resolveIRTargets().
   O.DefaultCPU = PendingCPU;
   for (CompileTarget &T : O.Targets)
