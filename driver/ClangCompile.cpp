@@ -212,8 +212,8 @@ static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
   // tc-cc's -mcpu is per target; clang's x86 and nvptx drivers take the CPU
   // as -march (they reject -mcpu there), the others as -mcpu.
   if (!T.CPU.empty())
-    Storage.push_back((Triple(T.Triple).isX86() || GPU ? "-march=" : "-mcpu=") +
-                      T.CPU);
+    Storage.push_back(
+        (Triple(T.Triple).isX86() || GPU ? "-march=" : "-mcpu=") + T.CPU);
   // No CUDA installation: nothing from it is linked (docs/tc-cc.md, libm).
   if (GPU)
     Storage.push_back("-nogpulib");
@@ -254,7 +254,8 @@ static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
         "'%s': clang's job for it is '%s', not a "
         "compile to LLVM IR",
         Input.str().c_str(),
-        J.Cmd->getArguments().empty() ? "empty" : J.Cmd->getArguments().front());
+        J.Cmd->getArguments().empty() ? "empty"
+                                      : J.Cmd->getArguments().front());
   if (Print)
     J.Cmd->Print(errs(), "\n", /*Quote=*/true);
   if (Print && O.PrintCommands)
@@ -273,10 +274,11 @@ static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
 /// OpenMP offloading compile device code: the host job's whole header
 /// search (the user's -I, clang's resource headers, the host C library's
 /// directories, sysroot), the host's type layout and, as clang's
-/// -aux-triple does, the host target's own macros (__x86_64__ or __aarch64__, __linux__, ...), which
-/// the C library's headers test to pick their layout. The GPU target's
-/// predefined macros (__NVPTX__, __PTX__) stay; an aux macro the GPU target
-/// also defines is left out, and so are the host's __float128 macros.
+/// -aux-triple does, the host target's own macros (__x86_64__ or
+/// __aarch64__, __linux__, ...), which the C library's headers test to pick
+/// their layout. The GPU target's predefined macros (__NVPTX__, __PTX__)
+/// stay; an aux macro the GPU target also defines is left out, and so are
+/// the host's __float128 macros.
 static void adoptHostHeaders(clang::CompilerInvocation &CI,
                              clang::CompilerInvocation &Host,
                              clang::DiagnosticsEngine &Diags) {
@@ -310,10 +312,10 @@ static void adoptHostHeaders(clang::CompilerInvocation &CI,
   std::set<std::string> Own;
   for (auto &[Name, Value] : Defines(GPUTO))
     Own.insert(Name);
-  clang::PreprocessorOptions &PP = CI.getPreprocessorOpts();
   // The GPU has no __float128: headers must not think it does.
   Own.insert("__FLOAT128__");
   Own.insert("__SIZEOF_FLOAT128__");
+  clang::PreprocessorOptions &PP = CI.getPreprocessorOpts();
   for (auto &[Name, Value] : Defines(HostTO))
     if (!Own.count(Name))
       PP.addMacroDef(Name + "=" + Value);

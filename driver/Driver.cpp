@@ -324,10 +324,9 @@ Error Pipeline::run() {
     // with --all-sources, the first target of every triple gives one.
     // A GPU member never gives one: senders are CPU processes.
     bool GPU = isGPUTriple(T.Triple);
-    bool WantSource = GPU                ? false
-                      : O.AllSources ? !SourceTriples.contains(T.Triple)
-                                     : !HaveSource &&
-                                           triplesCompatible(T.Triple, Host);
+    bool WantSource =
+        !GPU && (O.AllSources ? !SourceTriples.contains(T.Triple)
+                              : !HaveSource && triplesCompatible(T.Triple, Host));
     if (WantSource && !O.EmitLLVM) {
       std::unique_ptr<Module> Src = CloneModule(**M);
       if (Error E = AddSource(*Src, T.Triple))
