@@ -45,6 +45,26 @@ static StringMap<bool> x86Features(StringRef CPU) {
   return All;
 }
 
+/// An NVIDIA GPU architecture as clang names it: sm_<major><minor> with an
+/// optional suffix, 'a' (architecture-specific: sm_90a code runs only on
+/// sm_90) or 'f' (family-specific: sm_100f runs on sm_10x at or above it).
+struct GPUArch {
+  unsigned Number = 0; ///< 90 for sm_90a.
+  char Suffix = 0;     ///< 0, 'a' or 'f'.
+};
+static std::optional<GPUArch> parseGPUArch(StringRef CPU) {
+  if (!CPU.consume_front("sm_"))
+    return std::nullopt;
+  GPUArch A;
+  if (CPU.ends_with("a") || CPU.ends_with("f")) {
+    A.Suffix = CPU.back();
+    CPU = CPU.drop_back();
+  }
+  if (CPU.empty() || CPU.getAsInteger(10, A.Number) || A.Number < 10)
+    return std::nullopt;
+  return A;
+}
+
 /// How many features code for \p MemberCPU may use when it runs on
 /// \p HostCPU (see cpuRunsOn), or -1 when it may not run there. More is
 /// more specific: x86-64-v4 code before x86-64-v3 code.
@@ -81,6 +101,22 @@ static int cpuFeaturesUsable(StringRef TripleName, StringRef MemberCPU,
         (Need->getImpliedExtensions() & ~Have->getImpliedExtensions()).any())
       return -1;
     return static_cast<int>(Need->getImpliedExtensions().count());
+  }
+  if (T.isNVPTX()) {
+    // PTX for sm_XX is JIT-compiled by the driver for any GPU of that
+    // architecture or a later one; 'a' and 'f' code only as above. The
+    // higher architecture a member targets, the more it may use.
+    std::optional<GPUArch> Need = parseGPUArch(MemberCPU);
+    std::optional<GPUArch> Have = parseGPUArch(HostCPU);
+    if (!Need || !Have)
+      return MemberCPU == HostCPU ? 0 : -1;
+    bool Runs = Need->Suffix == 'a'   ? Have->Number == Need->Number
+                : Need->Suffix == 'f' ? Have->Number / 10 == Need->Number / 10 &&
+                                            Have->Number >= Need->Number
+                                      : Have->Number >= Need->Number;
+    if (!Runs)
+      return -1;
+    return static_cast<int>(Need->Number) * 2 + (Need->Suffix ? 1 : 0);
   }
   return MemberCPU == HostCPU ? 0 : -1;
 }

@@ -13,6 +13,9 @@
 #include "clang/Basic/Diagnostic.h"
 #include "clang/Basic/DiagnosticIDs.h"
 #include "clang/Basic/DiagnosticOptions.h"
+#include "clang/Basic/MacroBuilder.h"
+#include "clang/Basic/TargetInfo.h"
+#include "clang/Basic/TargetOptions.h"
 #include "clang/CodeGen/CodeGenAction.h"
 #include "clang/Driver/Compilation.h"
 #include "clang/Driver/Driver.h"
@@ -23,10 +26,12 @@
 #include "clang/Frontend/TextDiagnosticPrinter.h"
 #include "clang/Frontend/Utils.h"
 #include "clang/Lex/HeaderSearchOptions.h"
+#include "clang/Lex/PreprocessorOptions.h"
 #include "llvm/IR/Module.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/Program.h"
 #include "llvm/TargetParser/Host.h"
 #include "llvm/TargetParser/Triple.h"
 
@@ -171,6 +176,151 @@ Error checkSourceInput(const DriverOptions &O, StringRef Input) {
   return Error::success();
 }
 
+namespace {
+
+/// What one compile's driver run produced: the cc1 job and the invocation
+/// made from it. The compilation owns the job's argument strings.
+struct Job {
+  std::unique_ptr<clang::driver::Compilation> C;
+  const clang::driver::Command *Cmd = nullptr;
+  std::shared_ptr<clang::CompilerInvocation> CI;
+};
+
+} // namespace
+
+/// A GPU compile gets the target's architecture as -march (clang's nvptx
+/// driver rejects -mcpu) and none of the CPU flags meant for the CPU
+/// targets.
+static bool isCPUFlag(StringRef A) {
+  return A.starts_with("-march=") || A.starts_with("-mcpu=") ||
+         A.starts_with("-mtune=");
+}
+
+/// Runs clang's driver for \p Input on \p T and makes the invocation of its
+/// one cc1 job (not run). With \p Print, prints the job as clang -### does.
+/// \p ForHeaders: the job only gives a GPU compile the host's headers,
+/// so the CPU flags meant for the CPU targets stay out of it too.
+static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
+                             StringRef Input, clang::DiagnosticsEngine &Diags,
+                             bool Print, bool ForHeaders = false) {
+  const DriverOptions &O = S.Opts;
+  bool GPU = Triple(T.Triple).isNVPTX();
+  std::string ClangPath = TC_CLANG_EXECUTABLE;
+  clang::driver::Driver D(ClangPath, T.Triple, Diags, "tc-cc");
+  D.setCheckInputsExist(true);
+  std::vector<std::string> Storage = {ClangPath, "--target=" + T.Triple};
+  // tc-cc's -mcpu is per target; clang's x86 and nvptx drivers take the CPU
+  // as -march (they reject -mcpu there), the others as -mcpu.
+  if (!T.CPU.empty())
+    Storage.push_back(
+        (Triple(T.Triple).isX86() || GPU ? "-march=" : "-mcpu=") + T.CPU);
+  // No CUDA installation: nothing from it is linked (docs/tc-cc.md, libm).
+  if (GPU)
+    Storage.push_back("-nogpulib");
+  if (!T.Sysroot.empty())
+    Storage.push_back("--sysroot=" + T.Sysroot);
+  Storage.push_back("-I" + S.TCIncludeDir);
+  // Line tables let ABI diagnostics name file:line; the passes strip them
+  // again unless -g.
+  if (!O.KeepDebugInfo)
+    Storage.push_back("-gline-tables-only");
+  for (const std::string &A : O.ClangArgs)
+    if (!(GPU || ForHeaders) || !isCPUFlag(A))
+      Storage.push_back(A);
+  // -v reaches cc1, which then prints its header search list.
+  if (O.Verbose)
+    Storage.push_back("-v");
+  Storage.insert(Storage.end(), {"-c", "-emit-llvm", "-o", "-", Input.str()});
+  std::vector<const char *> Argv;
+  for (const std::string &Arg : Storage)
+    Argv.push_back(Arg.c_str());
+
+  Job J;
+  J.C.reset(D.BuildCompilation(Argv));
+  // Some driver errors (a missing input, an unknown -x language) leave the
+  // compilation without an error mark: they are in the engine.
+  if (!J.C || J.C->containsError() || Diags.hasErrorOccurred())
+    return make_error<DiagnosedError>();
+  const clang::driver::JobList &Jobs = J.C->getJobs();
+  if (Jobs.size() != 1 || !isa<clang::driver::Command>(*Jobs.begin()))
+    return createStringError("'%s': expected one compile job, the driver "
+                             "made %zu",
+                             Input.str().c_str(), Jobs.size());
+  J.Cmd = &cast<clang::driver::Command>(*Jobs.begin());
+  // -x assembler (or a language whose job is not cc1) gives no LLVM IR.
+  if (J.Cmd->getArguments().empty() ||
+      StringRef(J.Cmd->getArguments().front()) != "-cc1")
+    return createStringError(
+        "'%s': clang's job for it is '%s', not a "
+        "compile to LLVM IR",
+        Input.str().c_str(),
+        J.Cmd->getArguments().empty() ? "empty"
+                                      : J.Cmd->getArguments().front());
+  if (Print)
+    J.Cmd->Print(errs(), "\n", /*Quote=*/true);
+  if (Print && O.PrintCommands)
+    return std::move(J);
+
+  // The job's arguments start with -cc1, which CreateFromArgs must not see.
+  const opt::ArgStringList &CC1 = J.Cmd->getArguments();
+  J.CI = std::make_shared<clang::CompilerInvocation>();
+  if (!clang::CompilerInvocation::CreateFromArgs(
+          *J.CI, ArrayRef<const char *>(CC1).drop_front(), Diags, Argv[0]))
+    return make_error<DiagnosedError>();
+  return std::move(J);
+}
+
+/// Gives the GPU compile \p CI the host compile's headers, as CUDA and
+/// OpenMP offloading compile device code: the host job's whole header
+/// search (the user's -I, clang's resource headers, the host C library's
+/// directories, sysroot), the host's type layout and, as clang's
+/// -aux-triple does, the host target's own macros (__x86_64__ or
+/// __aarch64__, __linux__, ...), which the C library's headers test to pick
+/// their layout. The GPU target's predefined macros (__NVPTX__, __PTX__)
+/// stay; an aux macro the GPU target also defines is left out, and so are
+/// the host's __float128 macros.
+static void adoptHostHeaders(clang::CompilerInvocation &CI,
+                             clang::CompilerInvocation &Host,
+                             clang::DiagnosticsEngine &Diags) {
+  CI.getHeaderSearchOpts() = Host.getHeaderSearchOpts();
+  auto Defines = [&](clang::TargetOptions &TO) {
+    std::string Text;
+    raw_string_ostream OS(Text);
+    clang::MacroBuilder B(OS);
+    IntrusiveRefCntPtr<clang::TargetInfo> TI(
+        clang::TargetInfo::CreateTargetInfo(Diags, TO));
+    if (TI)
+      TI->getTargetDefines(CI.getLangOpts(), B);
+    // "#define NAME VALUE" lines, as -D takes them: NAME=VALUE.
+    std::vector<std::pair<std::string, std::string>> Out;
+    SmallVector<StringRef, 64> Lines;
+    StringRef(Text).split(Lines, '\n', -1, false);
+    for (StringRef L : Lines) {
+      if (!L.consume_front("#define "))
+        continue;
+      auto [Name, Value] = L.split(' ');
+      Out.push_back({Name.str(), Value.str()});
+    }
+    return Out;
+  };
+  // As -aux-triple does: clang's nvptx target then takes the host's type
+  // sizes, alignments and atomic widths (wchar_t, int64_t's type,
+  // __GCC_ATOMIC_*_LOCK_FREE), so host and GPU agree on every layout.
+  CI.getTargetOpts().HostTriple = Host.getTargetOpts().Triple;
+  clang::TargetOptions GPUTO = CI.getTargetOpts();
+  clang::TargetOptions HostTO = Host.getTargetOpts();
+  std::set<std::string> Own;
+  for (auto &[Name, Value] : Defines(GPUTO))
+    Own.insert(Name);
+  // The GPU has no __float128: headers must not think it does.
+  Own.insert("__FLOAT128__");
+  Own.insert("__SIZEOF_FLOAT128__");
+  clang::PreprocessorOptions &PP = CI.getPreprocessorOpts();
+  for (auto &[Name, Value] : Defines(HostTO))
+    if (!Own.count(Name))
+      PP.addMacroDef(Name + "=" + Value);
+}
+
 Expected<std::unique_ptr<Module>>
 compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
   const DriverOptions &O = S.Opts;
@@ -183,64 +333,45 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
       IntrusiveRefCntPtr<clang::DiagnosticIDs>(new clang::DiagnosticIDs()),
       DiagOpts, Printer);
 
-  std::string ClangPath = TC_CLANG_EXECUTABLE;
-  clang::driver::Driver D(ClangPath, T.Triple, Diags, "tc-cc");
-  D.setCheckInputsExist(true);
-  std::vector<std::string> Storage = {ClangPath, "--target=" + T.Triple};
-  // tc-cc's -mcpu is per target; clang's x86 driver takes the CPU as
-  // -march (it rejects -mcpu there), the others as -mcpu.
-  if (!T.CPU.empty())
-    Storage.push_back((Triple(T.Triple).isX86() ? "-march=" : "-mcpu=") +
-                      T.CPU);
-  if (!T.Sysroot.empty())
-    Storage.push_back("--sysroot=" + T.Sysroot);
-  Storage.push_back("-I" + S.TCIncludeDir);
-  // Line tables let ABI diagnostics name file:line; the passes strip them
-  // again unless -g.
-  if (!O.KeepDebugInfo)
-    Storage.push_back("-gline-tables-only");
-  Storage.insert(Storage.end(), O.ClangArgs.begin(), O.ClangArgs.end());
-  // -v reaches cc1, which then prints its header search list.
-  if (O.Verbose)
-    Storage.push_back("-v");
-  Storage.insert(Storage.end(), {"-c", "-emit-llvm", "-o", "-", Input.str()});
-  std::vector<const char *> Argv;
-  for (const std::string &Arg : Storage)
-    Argv.push_back(Arg.c_str());
-
-  std::unique_ptr<clang::driver::Compilation> C(D.BuildCompilation(Argv));
-  // Some driver errors (a missing input, an unknown -x language) leave the
-  // compilation without an error mark: they are in the engine.
-  if (!C || C->containsError() || Diags.hasErrorOccurred())
-    return make_error<DiagnosedError>();
-  const clang::driver::JobList &Jobs = C->getJobs();
-  if (Jobs.size() != 1 || !isa<clang::driver::Command>(*Jobs.begin()))
-    return createStringError("'%s': expected one compile job, the driver "
-                             "made %zu",
-                             Input.str().c_str(), Jobs.size());
-  const auto &Cmd = cast<clang::driver::Command>(*Jobs.begin());
-  // -x assembler (or a language whose job is not cc1) gives no LLVM IR.
-  if (Cmd.getArguments().empty() ||
-      StringRef(Cmd.getArguments().front()) != "-cc1")
-    return createStringError(
-        "'%s': clang's job for it is '%s', not a "
-        "compile to LLVM IR",
-        Input.str().c_str(),
-        Cmd.getArguments().empty() ? "empty" : Cmd.getArguments().front());
-  if (O.PrintCommands || O.Verbose) {
-    Cmd.Print(errs(), "\n", /*Quote=*/true);
-    if (O.PrintCommands)
-      return nullptr;
-  }
-
-  // The job's arguments start with -cc1, which CreateFromArgs must not see.
-  const opt::ArgStringList &CC1 = Cmd.getArguments();
-  auto CI = std::make_shared<clang::CompilerInvocation>();
-  if (!clang::CompilerInvocation::CreateFromArgs(
-          *CI, ArrayRef<const char *>(CC1).drop_front(), Diags, Argv[0]))
-    return make_error<DiagnosedError>();
-  if (Error E = checkLibraryHeaders(*CI, T))
+  bool GPU = Triple(T.Triple).isNVPTX();
+  bool Print = O.PrintCommands || O.Verbose;
+  // A GPU job is printed once it has the host's headers, below.
+  Expected<Job> J = makeJob(S, T, Input, Diags, Print && !GPU);
+  if (!J)
+    return J.takeError();
+  if (!J->CI) // -###
+    return nullptr;
+  std::shared_ptr<clang::CompilerInvocation> CI = J->CI;
+  if (GPU) {
+    // The host this tc-cc runs on provides the headers, with the sysroot
+    // that applies to every target.
+    CompileTarget HostT{Triple::normalize(sys::getProcessTriple()), "",
+                        O.DefaultSysroot};
+    // Its driver warnings would repeat the GPU job's.
+    clang::DiagnosticsEngine HostDiags(Diags.getDiagnosticIDs(), DiagOpts,
+                                       Printer, /*ShouldOwnClient=*/false);
+    HostDiags.setIgnoreAllWarnings(true);
+    Expected<Job> H = makeJob(S, HostT, Input, HostDiags, /*Print=*/false,
+                              /*ForHeaders=*/true);
+    if (!H)
+      return H.takeError();
+    if (Error E = checkLibraryHeaders(*H->CI, HostT))
+      return std::move(E);
+    adoptHostHeaders(*CI, *H->CI, Diags);
+    if (Print) {
+      // The cc1 command this compile runs, host headers and macros included.
+      errs() << " \"" << TC_CLANG_EXECUTABLE << "\"";
+      for (const std::string &A : CI->getCC1CommandLine()) {
+        errs() << " ";
+        sys::printArg(errs(), A, /*Quote=*/true);
+      }
+      errs() << "\n";
+      if (O.PrintCommands)
+        return nullptr;
+    }
+  } else if (Error E = checkLibraryHeaders(*CI, T)) {
     return std::move(E);
+  }
   // Every target compiles the same standard input: read it once, and give
   // each compile the buffer.
   if (Input == "-") {

@@ -156,25 +156,40 @@ Expected<std::unique_ptr<Module>> Pipeline::loadIR(const CompileTarget &T,
 }
 
 Expected<std::vector<CompileTarget>> Pipeline::resolveTargets() {
-  if (!O.Targets.empty())
-    return O.Targets;
-  // Only IR inputs and no --target: the inputs' own triples.
-  std::vector<CompileTarget> Targets;
-  std::set<std::string> Seen;
-  for (const std::string &In : O.Inputs) {
-    Expected<std::unique_ptr<Module>> M = readIR(In);
-    if (!M)
-      return M.takeError();
-    std::string Own = (*M)->getTargetTriple().str();
-    if (Own.empty())
-      continue;
-    std::string T = Triple::normalize(Own);
-    if (Seen.insert(T).second)
-      Targets.push_back({T, O.DefaultCPU, O.DefaultSysroot});
+  std::vector<CompileTarget> Targets = O.Targets;
+  if (Targets.empty()) {
+    // Only IR inputs and no --target: the inputs' own triples.
+    std::set<std::string> Seen;
+    bool GPUArch = StringRef(O.DefaultCPU).starts_with("sm_");
+    for (const std::string &In : O.Inputs) {
+      Expected<std::unique_ptr<Module>> M = readIR(In);
+      if (!M)
+        return M.takeError();
+      std::string Own = (*M)->getTargetTriple().str();
+      if (Own.empty())
+        continue;
+      std::string T = Triple::normalize(Own);
+      if (!Seen.insert(T).second)
+        continue;
+      CompileTarget CT{T, O.DefaultCPU, O.DefaultSysroot};
+      if (isGPUTriple(T) != GPUArch)
+        CT.CPU.clear();
+      if (isGPUTriple(T))
+        if (Error E = finishGPUTarget(CT))
+          return std::move(E);
+      Targets.push_back(std::move(CT));
+    }
+    if (Targets.empty())
+      for (const char *T : DefaultTriples)
+        Targets.push_back({T, GPUArch ? "" : O.DefaultCPU, O.DefaultSysroot});
   }
-  if (Targets.empty())
-    for (const char *T : DefaultTriples)
-      Targets.push_back({T, O.DefaultCPU, O.DefaultSysroot});
+  // --offload-arch adds GPU members; one a --target already asked for is
+  // built once.
+  for (const CompileTarget &G : O.GPUTargets)
+    if (llvm::none_of(Targets, [&](const CompileTarget &T) {
+          return T.Triple == G.Triple && T.CPU == G.CPU;
+        }))
+      Targets.push_back(G);
   return Targets;
 }
 
@@ -307,9 +322,11 @@ Error Pipeline::run() {
       return E;
     // The first target this host can run also gives the source member;
     // with --all-sources, the first target of every triple gives one.
-    bool WantSource = O.AllSources ? !SourceTriples.contains(T.Triple)
-                                   : !HaveSource &&
-                                         triplesCompatible(T.Triple, Host);
+    // A GPU member never gives one: senders are CPU processes.
+    bool GPU = isGPUTriple(T.Triple);
+    bool WantSource =
+        !GPU && (O.AllSources ? !SourceTriples.contains(T.Triple)
+                              : !HaveSource && triplesCompatible(T.Triple, Host));
     if (WantSource && !O.EmitLLVM) {
       std::unique_ptr<Module> Src = CloneModule(**M);
       if (Error E = AddSource(*Src, T.Triple))
@@ -334,7 +351,9 @@ Error Pipeline::run() {
     Tgt.CPU = T.CPU;
     Tgt.Image = memberBitcodeOf(**M);
     A.Members.push_back(std::move(Tgt));
-    if (O.EmitObjects) {
+    // A GPU member is bitcode only: the target lowers it to PTX for its own
+    // GPU, so --emit-objects adds objects for the CPU triples alone.
+    if (O.EmitObjects && !GPU) {
       Expected<std::string> Obj = emitObject(**M, T);
       if (!Obj)
         return Obj.takeError();

@@ -40,6 +40,9 @@ struct DriverOptions {
   /// Empty only when every input is LLVM IR and no --target was given: the
   /// inputs' own triples are the targets then.
   std::vector<CompileTarget> Targets;
+  /// From --offload-arch: GPU members built in addition to Targets (or to
+  /// the IR inputs' triples), one per architecture.
+  std::vector<CompileTarget> GPUTargets;
   std::string DefaultCPU;             ///< -mcpu before any --target.
   std::string DefaultSysroot;         ///< --sysroot=DIR without a triple.
   std::vector<std::string> ClangArgs; ///< -I, -D, -O2, -W..., forwarded.
@@ -65,6 +68,20 @@ struct DriverOptions {
   bool PrintCommands = false;       ///< -###
   bool Verbose = false;             ///< -v
 };
+
+/// The triple of GPU members, and the architecture of one whose --target
+/// names none: sm_70 (Volta) is the oldest GPU with independent thread
+/// scheduling, which the *_sync warp intrinsics and scoped atomics assume,
+/// and PTX for it is JIT-compiled by the driver for any newer GPU.
+constexpr const char *GPUTriple = "nvptx64-nvidia-cuda";
+constexpr const char *DefaultGPUArch = "sm_70";
+
+/// True for a GPU (nvptx) triple.
+bool isGPUTriple(llvm::StringRef Triple);
+
+/// Completes a GPU target: checks its triple is GPUTriple and its CPU an
+/// NVIDIA architecture clang knows, DefaultGPUArch when it names none.
+llvm::Error finishGPUTarget(CompileTarget &T);
 
 /// tc-cc --help.
 extern const char *const DriverUsage;

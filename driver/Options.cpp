@@ -8,6 +8,7 @@
 
 #include "Driver.h"
 
+#include "clang/Basic/OffloadArch.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -31,9 +32,15 @@ OPTIONS:
   -o FILE                 Output archive (or .ll/.bc with -emit-llvm)
   --name=NAME             The ifunc name (default: the first source's stem)
   --target=TRIPLE         Compile for TRIPLE (repeatable; default:
-                          x86_64-unknown-linux-gnu and aarch64-unknown-linux-gnu)
+                          x86_64-unknown-linux-gnu and aarch64-unknown-linux-gnu);
+                          nvptx64-nvidia-cuda is a GPU member (default sm_70)
+  --offload-arch=sm_XX[,sm_YY]
+                          Also build an nvptx64-nvidia-cuda member for each
+                          NVIDIA GPU architecture (repeatable)
   -mcpu=CPU               CPU of the preceding --target (before any --target:
                           of every target); the member is then CPU-specific
+  -march=sm_XX            After --target=nvptx64-nvidia-cuda: its GPU
+                          architecture (as clang); otherwise passed to clang
   --sysroot=[TRIPLE=]DIR  Sysroot for one target or for all
   --deps FILE             Shared libraries the target must load, one per line
   -lNAME                  Add libNAME's shared object (its soname) to the deps
@@ -122,6 +129,38 @@ static Error readDepsFile(StringRef Path, std::vector<std::string> &Deps) {
   return Error::success();
 }
 
+bool isGPUTriple(StringRef Triple) {
+  return llvm::Triple(Triple).isNVPTX();
+}
+
+/// Checks an NVIDIA GPU architecture as clang names them (sm_70, sm_90a).
+static Error checkGPUArch(StringRef Arch, StringRef Flag) {
+  if (Arch.empty())
+    return createStringError("%s needs a GPU architecture (sm_XX)",
+                             Flag.str().c_str());
+  if (Arch == "native")
+    return createStringError("%s=native: tc-cc does not probe this host's "
+                             "GPU; name the target's architecture (sm_XX)",
+                             Flag.str().c_str());
+  clang::OffloadArch A = clang::StringToOffloadArch(Arch);
+  if (A == clang::OffloadArch::UNKNOWN || !clang::IsNVIDIAOffloadArch(A))
+    return createStringError("%s: '%s' is not an NVIDIA GPU architecture "
+                             "clang knows (sm_70, sm_80, sm_90, sm_90a, ...)",
+                             Flag.str().c_str(), Arch.str().c_str());
+  return Error::success();
+}
+
+/// A GPU target as tc-cc builds it: the triple must be nvptx64-nvidia-cuda,
+/// and its CPU an sm_XX (default DefaultGPUArch).
+Error finishGPUTarget(CompileTarget &T) {
+  if (T.Triple != GPUTriple)
+    return createStringError("GPU members are %s; '%s' is not supported",
+                             GPUTriple, T.Triple.c_str());
+  if (T.CPU.empty())
+    T.CPU = DefaultGPUArch;
+  return checkGPUArch(T.CPU, "the GPU target's -march");
+}
+
 Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
   DriverOptions O;
   std::string PendingCPU; // -mcpu before any --target: for all of them.
@@ -159,7 +198,29 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
     } else if (IsOpt("--target") || A == "-target") {
       if (Error E = Take(A == "-target" ? "-target" : "--target", V))
         return std::move(E);
-      O.Targets.push_back({Triple::normalize(V), PendingCPU, ""});
+      std::string T = Triple::normalize(V);
+      // A CPU given before any --target is for the CPU targets, or for the
+      // GPU targets when it names a GPU architecture.
+      bool GPU = isGPUTriple(T);
+      bool GPUArch = StringRef(PendingCPU).starts_with("sm_");
+      O.Targets.push_back({T, GPU == GPUArch ? PendingCPU : "", ""});
+    } else if (IsOpt("--offload-arch")) {
+      if (Error E = Take("--offload-arch", V))
+        return std::move(E);
+      SmallVector<StringRef, 4> Archs;
+      StringRef(V).split(Archs, ',');
+      for (StringRef Arch : Archs) {
+        if (Error E = checkGPUArch(Arch, "--offload-arch"))
+          return std::move(E);
+        if (llvm::none_of(O.GPUTargets, [&](const CompileTarget &T) {
+              return T.CPU == Arch;
+            }))
+          O.GPUTargets.push_back({GPUTriple, Arch.str(), ""});
+      }
+    } else if (A.starts_with("-march=") && !O.Targets.empty() &&
+               isGPUTriple(O.Targets.back().Triple)) {
+      // clang's way of naming the GPU of an nvptx target.
+      O.Targets.back().CPU = A.drop_front(7).str();
     } else if (A.starts_with("-mcpu=")) {
       std::string CPU = A.drop_front(6).str();
       if (O.Targets.empty())
@@ -257,11 +318,31 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
     O.ClangArgs.insert(O.ClangArgs.begin(), "-O2");
   if (O.Inputs.empty())
     return createStringError("no input files");
-  if (O.Targets.empty() && !llvm::all_of(O.Inputs, isIRInput))
+  bool PendingGPUArch = StringRef(PendingCPU).starts_with("sm_");
+  bool AllIR = llvm::all_of(O.Inputs, isIRInput);
+  if (O.Targets.empty() && !AllIR)
     for (const char *T : DefaultTargets)
-      O.Targets.push_back({T, PendingCPU, ""});
+      O.Targets.push_back({T, PendingGPUArch ? "" : PendingCPU, ""});
+  // A GPU architecture for no GPU target would be dropped without a word.
+  if (PendingGPUArch && !AllIR &&
+      llvm::none_of(O.Targets, [](const CompileTarget &T) {
+        return isGPUTriple(T.Triple);
+      }))
+    return createStringError("-mcpu=%s names a GPU architecture, but no "
+                             "--target is a GPU (use --offload-arch=%s)",
+                             PendingCPU.c_str(), PendingCPU.c_str());
   // Otherwise IR inputs name the targets; see resolveIRTargets().
   O.DefaultCPU = PendingCPU;
+  for (CompileTarget &T : O.Targets)
+    if (isGPUTriple(T.Triple))
+      if (Error E = finishGPUTarget(T))
+        return std::move(E);
+  // A GPU a --target already builds is built once.
+  llvm::erase_if(O.GPUTargets, [&](const CompileTarget &G) {
+    return llvm::any_of(O.Targets, [&](const CompileTarget &T) {
+      return T.Triple == G.Triple && T.CPU == G.CPU;
+    });
+  });
   for (auto &[T, Dir] : Sysroots) {
     if (T.empty()) {
       O.DefaultSysroot = Dir;
@@ -291,9 +372,9 @@ Expected<DriverOptions> parseDriverArgs(ArrayRef<const char *> Args) {
   if ((O.EmitAssembly || CompileOnly) && !O.EmitLLVM)
     return createStringError("-S and -c need -emit-llvm (tc-cc writes "
                              "archives, or one triple's LLVM module)");
-  if (O.EmitLLVM && O.Targets.size() != 1)
+  if (O.EmitLLVM && O.Targets.size() + O.GPUTargets.size() != 1)
     return createStringError("-emit-llvm writes one triple's module: give "
-                             "exactly one --target");
+                             "exactly one --target or --offload-arch");
   return O;
 }
 

@@ -12,6 +12,8 @@
 
 #include "tc/Passes.h"
 
+#include "GPUMember.h"
+
 #include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/IR/Constants.h"
@@ -25,6 +27,7 @@
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/TargetParser/Triple.h"
 #include "llvm/Transforms/IPO/GlobalDCE.h"
 
 using namespace llvm;
@@ -208,7 +211,7 @@ bool sameCPUAttrs(const Function &A, const Function &B) {
 /// Things only the compiler host cares about; dropping them shrinks every
 /// shipped member and changes no behaviour. \p Entry is the role's first
 /// entry point: its CPU attributes are the translation unit's defaults.
-void dropHostOnlyMetadata(Module &M, const Function &Entry) {
+void dropHostOnlyMetadata(Module &M, const Function &Entry, bool GPU) {
   for (const char *Name : {"llvm.ident", "llvm.errno.tbaa"})
     if (NamedMDNode *N = M.getNamedMetadata(Name))
       M.eraseNamedMetadata(N);
@@ -218,9 +221,11 @@ void dropHostOnlyMetadata(Module &M, const Function &Entry) {
   // attributes differ (__attribute__((target("avx2"))) behind a runtime CPU
   // check) keeps them: without them its intrinsics could not be selected on
   // a host that lacks the feature.
+  // A GPU member is lowered for the target's GPU as a whole (NVPTX has one
+  // subtarget per module): every function loses them, libclc's too.
   SmallVector<Function *, 16> Default;
   for (Function &F : M)
-    if (&F == &Entry || sameCPUAttrs(F, Entry))
+    if (GPU || &F == &Entry || sameCPUAttrs(F, Entry))
       Default.push_back(&F);
   for (Function *F : Default)
     for (const char *Kind : CPUAttrs)
@@ -261,15 +266,18 @@ void dropUnwindTables(Module &M) {
 }
 
 /// Rejects what survived stripping and cannot run where the code goes.
+/// A GPU member's thread-locals and inline assembly are checked by
+/// gpu::checkDeviceCode, with the GPU's reasons.
 void rejectUnshippable(Module &M, const StringSet<> &WasCommon,
-                       const StringSet<> &AliasToExternal, Diagnostics &D) {
+                       const StringSet<> &AliasToExternal, bool GPU,
+                       Diagnostics &D) {
   if (!M.getModuleInlineAsm().empty())
     D.error(nullptr, "module-level inline assembly cannot ship: it is written "
                      "for one ISA and runs outside any function");
   for (GlobalVariable &G : M.globals()) {
     if (G.getName().starts_with("llvm."))
       continue;
-    if (G.isThreadLocal())
+    if (G.isThreadLocal() && !GPU)
       D.error(&G, "thread-local variable '" + G.getName() +
                       "' is not supported: threads of the target process "
                       "are not the ifunc's");
@@ -288,7 +296,7 @@ void rejectUnshippable(Module &M, const StringSet<> &WasCommon,
                       F.getSection() +
                       "', which a JIT-loaded member cannot honour");
     for (Instruction &I : instructions(F))
-      if (auto *CB = dyn_cast<CallBase>(&I))
+      if (auto *CB = dyn_cast<CallBase>(&I); CB && !GPU)
         if (auto *IA = dyn_cast<InlineAsm>(CB->getCalledOperand()))
           if (!StringRef(IA->getAsmString()).trim().empty())
             D.error(&F, "function '" + F.getName() +
@@ -307,7 +315,11 @@ void rejectUnshippable(Module &M, const StringSet<> &WasCommon,
                     "' cannot ship: its resolver runs at load time");
 }
 
-Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
+/// \p GPU: an nvptx64 member; Keep then holds the kernel entry, and library
+/// calls are resolved and checked for a GPU (GPUMember.h). \p Entry is the
+/// function whose CPU attributes are the translation unit's defaults.
+Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep,
+              StringRef Entry, bool GPU) {
   Diagnostics D(M, Opts.Name);
   for (const char *List : {"llvm.global_ctors", "llvm.global_dtors"}) {
     GlobalVariable *G = M.getNamedGlobal(List);
@@ -339,7 +351,22 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
         AliasToExternal.insert(A.getName());
 
   internalizeAndStrip(M, KeepSet);
-  rejectUnshippable(M, WasCommon, AliasToExternal, D);
+  if (GPU) {
+    // After stripping: only what the kernel reaches needs the library.
+    if (Error E = gpu::resolveDeviceCalls(
+            M, Opts.DeviceMathLibrary.empty() ? StringRef(TC_LIBCLC_NVPTX)
+                                              : StringRef(Opts.DeviceMathLibrary)))
+      return E;
+    internalizeAndStrip(M, KeepSet);
+    // Named metadata only the compiler host reads.
+    for (const char *Name : {"opencl.ocl.version", "nvvmir.version"})
+      if (NamedMDNode *N = M.getNamedMetadata(Name))
+        M.eraseNamedMetadata(N);
+    gpu::checkDeviceCode(M, [&](const GlobalValue *At, const Twine &Msg) {
+      D.error(At, Msg);
+    });
+  }
+  rejectUnshippable(M, WasCommon, AliasToExternal, GPU, D);
   if (!Opts.KeepDebugInfo) {
     StripDebugInfo(M);
     // Debug-only module flags outlive StripDebugInfo.
@@ -348,7 +375,7 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
   }
   if (!Opts.KeepUnwindTables)
     dropUnwindTables(M);
-  dropHostOnlyMetadata(M, *M.getFunction(Keep.front()));
+  dropHostOnlyMetadata(M, *M.getFunction(Entry), GPU);
   if (Error E = D.take())
     return E;
   std::string Broken;
@@ -361,10 +388,50 @@ Error prepare(Module &M, const IfuncOptions &Opts, ArrayRef<StringRef> Keep) {
 
 } // namespace
 
+/// NAME_threads, when the ifunc defines it, is TC_IFUNC_THREADS's
+/// `const uint32_t NAME_threads = N;` with N > 0: a GPU target reads N from
+/// the member's initializer at load time.
+static void checkThreads(Module &M, const IfuncOptions &Opts,
+                         Diagnostics &D) {
+  std::string Sym = Opts.Name + "_threads";
+  GlobalValue *GV = M.getNamedValue(Sym);
+  if (!GV)
+    return;
+  auto *G = dyn_cast<GlobalVariable>(GV);
+  auto Complain = [&](const Twine &What) {
+    D.error(GV, "'" + Sym + "' " + What + ", expected 'const uint32_t " +
+                    Sym + " = N;' with N > 0 (TC_IFUNC_THREADS)");
+  };
+  if (!G) {
+    Complain("is not a variable");
+    return;
+  }
+  if (G->isDeclaration()) {
+    Complain("is declared but not defined");
+    return;
+  }
+  if (!G->isConstant()) {
+    Complain("is not constant");
+    return;
+  }
+  if (G->hasLocalLinkage() || G->hasHiddenVisibility()) {
+    Complain("is not externally visible");
+    return;
+  }
+  auto *N = dyn_cast<ConstantInt>(G->getInitializer());
+  if (!N || !N->getType()->isIntegerTy(32)) {
+    Complain("is not a 32-bit integer");
+    return;
+  }
+  if (N->isZero())
+    Complain("is 0");
+}
+
 Error checkIfuncABI(Module &M, const IfuncOptions &Opts) {
   Diagnostics D(M, Opts.Name);
   for (const EntrySpec &S : entrySpecs(M))
     checkEntry(M, Opts, S, D);
+  checkThreads(M, Opts, D);
   return D.take();
 }
 
@@ -373,7 +440,20 @@ Error prepareTargetModule(Module &M, const IfuncOptions &Opts) {
   if (Function *F = M.getFunction(Main); !F || F->isDeclaration())
     return createStringError("error: ifunc '%s': '%s' is not defined",
                              Opts.Name.c_str(), Main.c_str());
-  return prepare(M, Opts, {Main});
+  if (!M.getTargetTriple().isNVPTX())
+    return prepare(M, Opts, {Main}, Main, /*GPU=*/false);
+  // The GPU member: the target launches the kernel entry, which calls
+  // NAME_main (internal now, so the target's optimizer inlines it); it
+  // reads NAME_threads, the launch shape, if the ifunc defines it.
+  Expected<Function *> K = gpu::addKernel(M, Opts.Name);
+  if (!K)
+    return K.takeError();
+  std::string Kernel = (*K)->getName().str();
+  std::string Threads = Opts.Name + "_threads";
+  SmallVector<StringRef, 2> Keep = {Kernel};
+  if (GlobalVariable *G = M.getNamedGlobal(Threads); G && !G->isDeclaration())
+    Keep.push_back(Threads);
+  return prepare(M, Opts, Keep, Main, /*GPU=*/true);
 }
 
 Error prepareSourceModule(Module &M, const IfuncOptions &Opts) {
@@ -383,7 +463,7 @@ Error prepareSourceModule(Module &M, const IfuncOptions &Opts) {
     if (Function *F = M.getFunction(S); !F || F->isDeclaration())
       return createStringError("error: ifunc '%s': '%s' is not defined",
                                Opts.Name.c_str(), S.c_str());
-  return prepare(M, Opts, {Bound, Init});
+  return prepare(M, Opts, {Bound, Init}, Bound, /*GPU=*/false);
 }
 
 } // namespace tc

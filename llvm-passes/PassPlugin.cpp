@@ -48,7 +48,7 @@ PreservedAnalyses IfuncSandboxPass::run(Module &M, ModuleAnalysisManager &) {
   return PreservedAnalyses::none();
 }
 
-/// Parses `name=NAME;g;uwtable` pass parameters.
+/// Parses `name=NAME;g;uwtable;libclc=PATH` pass parameters.
 static Expected<IfuncOptions> parseOptions(StringRef Params, StringRef Pass) {
   IfuncOptions O;
   SmallVector<StringRef, 2> Parts;
@@ -60,9 +60,11 @@ static Expected<IfuncOptions> parseOptions(StringRef Params, StringRef Pass) {
       O.KeepDebugInfo = true;
     else if (P == "uwtable")
       O.KeepUnwindTables = true;
+    else if (P.consume_front("libclc="))
+      O.DeviceMathLibrary = P.str();
     else
       return createStringError("%s: unknown parameter '%s' (expected "
-                               "name=NAME, g or uwtable)",
+                               "name=NAME, g, uwtable or libclc=PATH)",
                                Pass.str().c_str(), P.str().c_str());
   }
   if (O.Name.empty())

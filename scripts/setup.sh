@@ -24,6 +24,9 @@ PACKAGES=(
   slurmctld slurmd slurm-client munge
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
+  # libclc's nvptx64 bitcode (/usr/lib/clc/nvptx64--.bc): libm for GPU
+  # members (tc-cc --offload-arch, issue #35)
+  libclc-22
   # aarch64 cross build and its tests under qemu (scripts/build-aarch64.sh,
   # which also assembles the arm64 sysroot from Debian's arm64 packages)
   lld-22 qemu-user

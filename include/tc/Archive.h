@@ -361,8 +361,10 @@ archiveForHost(const Archive &A, llvm::StringRef HostTriple,
 /// \p HostCPU, for targets of \p TripleName: the same CPU, or, on x86 and
 /// AArch64, a CPU that has every feature (x86, implied ones included) or
 /// the architecture version and every extension (AArch64) that LLVM's CPU
-/// tables give \p MemberCPU. Unknown CPU names and other architectures
-/// match only themselves.
+/// tables give \p MemberCPU; on nvptx64, an NVIDIA GPU architecture at or
+/// above the member's (sm_70 code runs on sm_90; sm_90a only on sm_90,
+/// sm_100f on sm_10x). Unknown CPU names and other architectures match
+/// only themselves.
 bool cpuRunsOn(llvm::StringRef TripleName, llvm::StringRef MemberCPU,
                llvm::StringRef HostCPU);
 

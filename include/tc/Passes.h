@@ -32,11 +32,15 @@ struct IfuncOptions {
   /// module flag) on functions that cannot throw. Without it they get no
   /// unwind tables (functions that may throw keep what exceptions need).
   bool KeepUnwindTables = false;
+  /// libclc's nvptx64 bitcode, from which a GPU member's libm calls are
+  /// linked (empty: Debian's /usr/lib/clc/nvptx64--.bc, TC_LIBCLC_NVPTX).
+  std::string DeviceMathLibrary;
 };
 
 /// Checks that NAME_main, NAME_payload_bound and NAME_payload_init exist, are
 /// defined, externally visible, and have exactly the ABI signatures for the
-/// module's data layout. All problems are reported, one per line, each
+/// module's data layout, and that NAME_threads, if defined, is a constant
+/// 32-bit integer above 0. All problems are reported, one per line, each
 /// `[file:line: ]error: ifunc 'NAME': ...`.
 llvm::Error checkIfuncABI(llvm::Module &M, const IfuncOptions &Opts);
 
@@ -47,6 +51,13 @@ llvm::Error checkIfuncABI(llvm::Module &M, const IfuncOptions &Opts);
 /// cannot throw.
 /// Constructs that cannot run on a target are rejected with an error naming
 /// the symbol and the reason.
+///
+/// For an nvptx64 module (a GPU member) it adds the kernel entry
+/// `ptx_kernel void __tc_kernel_NAME(ptr payload, i64 payload_size, ptr
+/// target_args)`, which calls NAME_main, and keeps that and NAME_threads
+/// (TC_IFUNC_THREADS) external; memcpy/memmove/memset calls become
+/// intrinsics and libm calls are linked from libclc, internalized; then it
+/// refuses what a GPU cannot run (docs/ifunc-abi.md, "GPU members").
 llvm::Error prepareTargetModule(llvm::Module &M, const IfuncOptions &Opts);
 
 /// Turns \p M into the source member: keeps NAME_payload_bound and

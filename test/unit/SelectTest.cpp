@@ -88,6 +88,36 @@ TEST(CpuRunsOn, NeedsEveryFeatureOfTheMemberCPU) {
       cpuRunsOn("riscv64-unknown-linux-gnu", "sifive-u74", "sifive-u74"));
 }
 
+TEST(CpuRunsOn, GPUArchitectureAtOrAboveTheMembers) {
+  const char *GPU = "nvptx64-nvidia-cuda";
+  EXPECT_TRUE(cpuRunsOn(GPU, "sm_70", "sm_90"));
+  EXPECT_TRUE(cpuRunsOn(GPU, "sm_90", "sm_90"));
+  EXPECT_TRUE(cpuRunsOn(GPU, "sm_90", "sm_100"));
+  EXPECT_FALSE(cpuRunsOn(GPU, "sm_90", "sm_80"));
+  EXPECT_TRUE(cpuRunsOn(GPU, "sm_90a", "sm_90"));
+  EXPECT_FALSE(cpuRunsOn(GPU, "sm_90a", "sm_100")); // arch-specific
+  EXPECT_TRUE(cpuRunsOn(GPU, "sm_100f", "sm_103"));
+  EXPECT_FALSE(cpuRunsOn(GPU, "sm_100f", "sm_120")); // another family
+  EXPECT_FALSE(cpuRunsOn(GPU, "sm_90", "gfx90a"));
+  EXPECT_FALSE(cpuRunsOn(GPU, "sm_x", "sm_90"));
+}
+
+TEST(SelectMember, GPUPrefersTheHighestArchitectureItRuns) {
+  Archive A;
+  A.Name = "g";
+  A.Members = {makeMember("x86_64-unknown-linux-gnu", ""),
+               makeMember("nvptx64-nvidia-cuda", "sm_70"),
+               makeMember("nvptx64-nvidia-cuda", "sm_80"),
+               makeMember("nvptx64-nvidia-cuda", "sm_90a")};
+  EXPECT_EQ(pick(A, "nvptx64-nvidia-cuda", "sm_90")->CPU, "sm_90a");
+  EXPECT_EQ(pick(A, "nvptx64-nvidia-cuda", "sm_100")->CPU, "sm_80");
+  EXPECT_EQ(pick(A, "nvptx64-nvidia-cuda", "sm_75")->CPU, "sm_70");
+  EXPECT_EQ(pick(A, "nvptx64-nvidia-cuda", "sm_60"), nullptr);
+  // A CPU target never runs a GPU member.
+  EXPECT_EQ(pick(A, "x86_64-pc-linux-gnu", "znver4")->Triple,
+            "x86_64-unknown-linux-gnu");
+}
+
 TEST(SelectMember, HostCPUThenTheRichestCPUItCanRunThenGeneric) {
   Archive A;
   A.Name = "cpus";

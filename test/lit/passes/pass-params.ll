@@ -4,7 +4,7 @@
 ; RUN: not opt -load-pass-plugin=%tc_passes_plugin -passes='tc-prepare-source<g>' -disable-output %s 2>&1 | FileCheck %s --check-prefix=NONAME
 ; NONAME: tc-prepare-source: missing name=NAME
 ; RUN: not opt -load-pass-plugin=%tc_passes_plugin -passes='tc-prepare-target<name=t;O3>' -disable-output %s 2>&1 | FileCheck %s --check-prefix=UNKNOWN
-; UNKNOWN: tc-prepare-target: unknown parameter 'O3' (expected name=NAME, g or uwtable)
+; UNKNOWN: tc-prepare-target: unknown parameter 'O3' (expected name=NAME, g, uwtable or libclc=PATH)
 
 target triple = "x86_64-unknown-linux-gnu"
 
