@@ -38,7 +38,7 @@ namespace {
 constexpr unsigned CallAmId = 4, PongAmId = 5;
 /// Sends UCX may hold at once before the client progresses until one
 /// completes: libtc's limit for large frames (MaxLargeInFlight in
-/// UcxTransport.cpp). UCX 1.13 slows down with every send it holds: 5,000
+/// UcxTransportImpl.h). UCX 1.13 slows down with every send it holds: 5,000
 /// 16 KiB rendezvous sends in flight ran at 1,900 msgs/s, 8 at a time at
 /// 40,000 (docs/transport.md, "Large frames").
 constexpr uint64_t MaxInFlight = 8;

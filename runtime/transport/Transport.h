@@ -242,8 +242,8 @@ struct UcxTransportOptions {
   /// Empty: UCX's defaults, from UCX_TLS etc. in the environment.
   std::string Transports;
   /// Batch the small frames that follow the first of a progress() round on
-  /// one connection into one active message (UcxTransport.cpp); false sends
-  /// every frame as its own active message.
+  /// one connection into one active message (UcxTransportSend.cpp); false
+  /// sends every frame as its own active message.
   bool Coalesce = true;
   /// Reactive mailboxes (Mailbox.h, docs/transport.md "Mailboxes"): offer
   /// each peer a ring it writes small frames into with one-sided puts, and
