@@ -891,6 +891,27 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   double SandboxRate =
       pairedRatio(R.Out, First, "cached", "sandbox", "rate_msgs");
   medianOfRounds(R.Out, First);
+  // --json and --csv carry the paired ratios as records of their own, mode
+  // NUM/DEN, unit "x" (scripts/bench-tables.py renders them); the table
+  // prints them as lines below.
+  if (O.Fmt != Format::Table) {
+    auto Ratio = [&](const std::string &Num, const std::string &Den,
+                     const char *Metric, double V) {
+      if (V > 0)
+        R.add(Num + "/" + Den, Metric, V, "x");
+    };
+    for (size_t I = 0; I < NumReferences; ++I) {
+      Ratio("cached", References[I], "latency_ratio", Paired[I]);
+      Ratio("cached", References[I], "rate_ratio", PairedRate[I]);
+      Ratio("cached-unbatched", References[I], "rate_ratio",
+            PairedUnbatched[I]);
+    }
+    Ratio("mailbox", "ucx_put", "latency_ratio", MailboxPut);
+    Ratio("mailbox", "ucx_am", "latency_ratio", MailboxAm);
+    Ratio("mailbox", "ucx_am", "rate_ratio", MailboxAmRate);
+    Ratio("sandbox", "cached", "latency_ratio", SandboxLat);
+    Ratio("cached", "sandbox", "rate_ratio", SandboxRate);
+  }
 
   if (Want("first-contact")) {
     char Tmpl[] = "/tmp/tc-bench-cache-XXXXXX";
