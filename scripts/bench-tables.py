@@ -11,12 +11,14 @@ DOC holds one pair of markers per table,
     <!-- END bench-table NAME -->
 
 and everything between a pair is replaced by the table NAME rendered from the
-files in DIR (default: DOC's directory + /bench): NAME.json and friends, each
-the `tc-bench ... --json` output of one run, NAME.cmd beside it (the command
-that wrote it, shown above the table), machine.json (what scripts/bench-tables.sh
-recorded about the machine) and plots/NAME/*.png (linked below the table). The
-result is written back to DOC, to OUT, or to stdout with `-o -`. Tables that
-no benchmark writes yet (PENDING) get a line that says so.
+files in DIR (default: DOC's directory + /bench) that scripts/bench-tables.sh
+saved: per run, NAME.json (its `tc-bench ... --json` output), NAME.cmd (the
+command, shown above the table) and NAME.run (tc's commit, the load average
+when it began, its wall time: shown under the command); machine.json (the
+machine, with the runs' total time); plots/NAME/*.png (linked below the
+table, relative to DOC). The result is written back to DOC, to OUT, or to
+stdout with `-o -`. Tables that no benchmark writes yet (PENDING) get a line
+that says so.
 
 --check only verifies DOC's markers: every table's pair present once, in
 order, and no marker names an unknown table.
@@ -95,6 +97,29 @@ class Data:
 
     def command(self, stem):
         return " ".join(self.text(stem + ".cmd").split("\n")).strip()
+
+    def run(self, stem):
+        """How STEM ran: {commit, load, seconds}."""
+        r = self.json(stem + ".run")
+        if not isinstance(r, dict) or not all(
+                isinstance(r.get(k), str) for k in ("commit", "load",
+                                                     "seconds")):
+            raise Error("%s: expected commit, load and seconds"
+                        % self.path(stem + ".run"))
+        try:
+            return dict(r, seconds=int(r["seconds"]))
+        except ValueError:
+            raise Error("%s: seconds is not a number"
+                        % self.path(stem + ".run"))
+
+    def runs(self):
+        """Every NAME.run in the directory, by name."""
+        try:
+            names = sorted(n[:-4] for n in os.listdir(self.root)
+                           if n.endswith(".run"))
+        except OSError as e:
+            raise Error("%s: cannot read: %s" % (self.root, e.strerror))
+        return [self.run(n) for n in names]
 
     def plots(self, stem):
         """Links to plots/STEM/*.png, relative to the document."""
@@ -207,7 +232,11 @@ def block(data, stems, lines):
     """A table's block: its command(s), the lines, its plots."""
     out = []
     for stem in stems:
+        r = data.run(stem)
         out.append("`%s`" % data.command(stem))
+        out.append("")
+        out.append("(tc at %s; load average %s at the start; %d s)"
+                   % (r["commit"], r["load"], r["seconds"]))
         out.append("")
     out.extend(lines)
     links = [p for stem in stems for p in data.plots(stem)]
@@ -226,11 +255,13 @@ def machine(data):
     def f(key):
         v = m.get(key)
         return str(v) if v not in (None, "") else "?"
-    return ["%s, %s CPUs (%s), %s, kernel %s; UCX %s, LLVM %s; tc at %s. "
-            "Load average %s when the runs began; all of them took %s "
-            "minutes."
+    runs = data.runs()
+    commits = sorted(set(r["commit"] for r in runs))
+    return ["%s, %s CPUs (%s), %s, kernel %s; UCX %s, LLVM %s. The %d runs "
+            "below took %.1f minutes in all; tc at %s."
             % (f("arch"), f("cpus"), f("cpu_model"), f("os"), f("kernel"),
-               f("ucx"), f("llvm"), f("commit"), f("load"), f("minutes"))]
+               f("ucx"), f("llvm"), len(runs),
+               sum(r["seconds"] for r in runs) / 60.0, ", ".join(commits))]
 
 
 TSI_ROWS = ("ucx_perftest", "ucx_am", "ucx_put", "am", "cached",

@@ -6,20 +6,20 @@
 #
 # Without --render: runs every benchmark below with tc-bench --json (from the
 # repository root, tc-bench from BUILD/bin, default build), saves each run's
-# output as DIR/NAME.json and its command as DIR/NAME.cmd (default DIR:
-# docs/bench), records the machine in DIR/machine.json, draws the plots
-# (scripts/plot.py into DIR/plots/NAME) and rewrites the tables between the
-# markers of docs/benchmarks.md (scripts/bench-tables.py). --only runs the
-# named runs alone (a comma-separated subset of the names below) and renders
-# from them and the saved rest. --render runs nothing: it draws and renders
-# from the saved JSON only.
+# output as DIR/NAME.json, its command as DIR/NAME.cmd and how it ran (tc's
+# commit, the load average when it began, its wall time) as DIR/NAME.run
+# (default DIR: docs/bench), records the machine in DIR/machine.json, draws
+# the plots (scripts/plot.py into DIR/plots/NAME) and rewrites the tables
+# between the markers of docs/benchmarks.md (scripts/bench-tables.py).
+# --only runs the named runs alone (a comma-separated subset of the names
+# below) and renders from them and the saved rest. --render runs nothing: it
+# draws and renders from the saved files only.
 #
 # Runs: tsi, tsi-breakdown, first-contact, sss, iput, sandbox-tsi,
 # sandbox-dapc, dapc (TCP between network namespaces: scripts/netns.sh, as
-# root), launch-hosts and launch-mpirun (Open MPI's mpirun with PMIx). Each
-# prints its wall time, and a whole run records its total in
-# DIR/machine.json (docs/benchmarks.md shows it). A run that fails stops
-# the script (exit 1) and leaves the saved files of the runs before it.
+# root), launch-hosts and launch-mpirun (Open MPI's mpirun with PMIx).
+# docs/benchmarks.md shows each run's time and their total. A run that fails
+# stops the script (exit 1) and leaves the saved files of the runs before it.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -68,38 +68,44 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Arguments "key value ..." as one JSON object of strings on stdout, by
+# python (no quoting by hand).
+json_object() {
+  "$py" -c 'import json, sys; k = sys.argv[1::2]; v = sys.argv[2::2]; print(json.dumps(dict(zip(k, v)), indent=1))' "$@"
+}
+
 # run NAME SHOWN -- COMMAND...: runs COMMAND (its stdout the JSON), saves
-# DIR/NAME.json and SHOWN (the command as a reader types it) as DIR/NAME.cmd.
+# DIR/NAME.json, SHOWN (the command as a reader types it) as DIR/NAME.cmd
+# and how it ran as DIR/NAME.run.
 run() {
-  local name=$1 shown=$2
+  local name=$1 shown=$2 load
   shift 3
   wanted "$name" || return 0
   note "$name: $shown"
   local t0=$SECONDS
+  load=$(cut -d' ' -f1 /proc/loadavg)
   "$@" > "$tmp/$name.json" || die "$name: the run failed (exit $?): $shown"
   mv "$tmp/$name.json" "$data/$name.json"
   printf '%s\n' "$shown" > "$data/$name.cmd"
+  json_object commit "$commit" load "$load" seconds "$((SECONDS - t0))" \
+    > "$data/$name.run"
   note "$name: $((SECONDS - t0)) s"
 }
 
-# The machine, as "key value" arguments for machine_json: taken before the
-# runs (the load average then), written after them with their time.
-machine=()
+# The commit the runs measure (tc-bench's build is assumed to be of it).
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo "?")
+[[ -z $(git -C "$root" status --porcelain --untracked-files=no -- \
+  ':!docs' 2>/dev/null) ]] || commit="$commit+changes"
+
 machine() {
-  local model os ucx llvm commit
+  local model os ucx llvm
   model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
   os=$(. /etc/os-release && echo "${PRETTY_NAME:-?}")
   ucx=$(ucx_info -v 2>/dev/null | sed -n 's/^# Library version: //p' | head -1)
   llvm=$(/usr/lib/llvm-22/bin/llvm-config --version 2>/dev/null || true)
-  commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || true)
-  machine=(arch "$(uname -m)" cpus "$(nproc)" cpu_model "$model" os "$os"
-           kernel "$(uname -r)" ucx "${ucx:-?}" llvm "${llvm:-?}"
-           commit "${commit:-?}" load "$(cut -d' ' -f1 /proc/loadavg)")
-}
-machine_json() {
-  # Arguments as JSON strings, by python (no quoting by hand).
-  "$py" -c 'import json, sys; k = sys.argv[1::2]; v = sys.argv[2::2]; print(json.dumps(dict(zip(k, v)), indent=1))' \
-    "${machine[@]}" "$@" > "$data/machine.json"
+  json_object arch "$(uname -m)" cpus "$(nproc)" cpu_model "$model" \
+    os "$os" kernel "$(uname -r)" ucx "${ucx:-?}" llvm "${llvm:-?}" \
+    > "$data/machine.json"
 }
 
 # launch-hosts: two running servers named in a hosts file, as one starts
@@ -157,7 +163,7 @@ readonly SANDBOX_DAPC="--servers 1,2 --depths 64,4096 --entries 1048576 --count 
 if ((!render_only)); then
   [[ -x $bench ]] || die "$bench not found: build first (bash scripts/build.sh $build)"
   t_all=$SECONDS
-  if [[ -z $only ]]; then machine; fi
+  machine
   run tsi "build/bin/tc-bench tsi --modes $TSI_MODES --json" -- \
     "$bench" tsi --modes "$TSI_MODES" --json --quiet
   run tsi-breakdown "build/bin/tc-bench tsi --modes cached,cached-unbatched,mailbox,ucx_am,ucx_put --rounds 3 --no-perftest --breakdown --json" -- \
@@ -179,11 +185,7 @@ if ((!render_only)); then
     launch_hosts
   run launch-mpirun "mpirun -n 1 build/bin/tc-bench dapc --pmix ${LAUNCH_ARGS% --quiet} : -n 2 build/bin/tc-bench serve --pmix --blocking" -- \
     launch_mpirun
-  t_all=$((SECONDS - t_all))
-  note "all runs: $t_all s"
-  # A whole run records the machine and its time; --only keeps the record
-  # of the last whole run.
-  if [[ -z $only ]]; then machine_json minutes "$(( (t_all + 30) / 60 ))"; fi
+  note "all runs: $((SECONDS - t_all)) s"
 fi
 
 for p in $PLOTS; do
