@@ -637,7 +637,7 @@ OPTIONS:
   --churn-ms N    stall: the second client ships new code every N ms
                   (default 5)
   --sync-compile  first-contact: the servers compile on their progress
-                  thread, as before #21 (stall measures both anyway)
+                  thread (compile_thread = 0; stall measures both anyway)
   --stall-spin    stall: the target busy-polls instead of sleeping when
                   idle (pinned, it shares its CPU with its compiles)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
@@ -806,7 +806,7 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     if (Want("stall")) {
       // The same target twice: compiling off its progress thread (the
-      // default), and inside it (before #21). It sleeps when idle, as
+      // default), and inside it (compile_thread = 0). It sleeps when idle, as
       // tc-serve does: on this 2-core machine a busy-polling target would
       // leave its compiles no CPU but the one its progress loop spins on
       // (docs/benchmarks.md).
