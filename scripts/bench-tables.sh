@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the tables and plots of docs/benchmarks.md.
 #
-#   bash scripts/bench-tables.sh [--only LIST] [--data DIR] [--build DIR]
+#   bash scripts/bench-tables.sh [--only LIST] [--quick] [--data DIR] [--build DIR]
 #   bash scripts/bench-tables.sh --render [--data DIR]
 #
 # Without --render: runs every benchmark below with tc-bench --json (from the
@@ -12,8 +12,11 @@
 # the plots (scripts/plot.py into DIR/plots/NAME) and rewrites the tables
 # between the markers of docs/benchmarks.md (scripts/bench-tables.py).
 # --only runs the named runs alone (a comma-separated subset of the names
-# below) and renders from them and the saved rest. --render runs nothing: it
-# draws and renders from the saved files only.
+# below) and renders from them and the saved rest. --quick passes --quick to
+# the tsi, sss and iput runs (smaller sweeps, fewer messages and rounds; the
+# command above each table says so): for a machine too loaded for the full
+# runs (sss at 64 KiB times out there), not for the tables to keep. --render
+# runs nothing: it draws and renders from the saved files only.
 #
 # Runs: tsi, tsi-breakdown, first-contact, sss, iput, sandbox-tsi,
 # sandbox-dapc, dapc (TCP between network namespaces: scripts/netns.sh, as
@@ -27,6 +30,7 @@ root=$PWD
 data=docs/bench
 build=build
 only=""
+quick=""
 render_only=0
 
 die() { echo "bench-tables.sh: error: $*" >&2; exit 1; }
@@ -35,6 +39,7 @@ note() { echo "bench-tables.sh: $*" >&2; }
 while (($#)); do
   case $1 in
     --render) render_only=1; shift ;;
+    --quick) quick=--quick; shift ;;
     --only) [[ $# -ge 2 ]] || die "--only needs a list"; only=$2; shift 2 ;;
     --data) [[ $# -ge 2 ]] || die "--data needs a directory"; data=$2; shift 2 ;;
     --build) [[ $# -ge 2 ]] || die "--build needs a directory"; build=$2; shift 2 ;;
@@ -149,6 +154,13 @@ launch_mpirun() {
   cat "$out"
 }
 
+# tc_bench NAME ARGS...: run NAME is `tc-bench ARGS --json`.
+tc_bench() {
+  local name=$1
+  shift
+  run "$name" "build/bin/tc-bench $* --json" -- "$bench" "$@" --json --quiet
+}
+
 dapc_netns() {
   bash scripts/netns.sh run 4 --prefix tcbt --subnet 10.197.0 \
     --hosts-file "$tmp/netns-hosts" -- \
@@ -164,16 +176,13 @@ if ((!render_only)); then
   [[ -x $bench ]] || die "$bench not found: build first (bash scripts/build.sh $build)"
   t_all=$SECONDS
   machine
-  run tsi "build/bin/tc-bench tsi --modes $TSI_MODES --json" -- \
-    "$bench" tsi --modes "$TSI_MODES" --json --quiet
-  run tsi-breakdown "build/bin/tc-bench tsi --modes cached,cached-unbatched,mailbox,ucx_am,ucx_put --rounds 3 --no-perftest --breakdown --json" -- \
-    "$bench" tsi --modes cached,cached-unbatched,mailbox,ucx_am,ucx_put --rounds 3 --no-perftest --breakdown --json --quiet
-  run first-contact "build/bin/tc-bench tsi --modes first-contact,stall --json" -- \
-    "$bench" tsi --modes first-contact,stall --json --quiet
-  run sss "build/bin/tc-bench sss --json" -- "$bench" sss --json --quiet
-  run iput "build/bin/tc-bench iput --json" -- "$bench" iput --json --quiet
-  run sandbox-tsi "build/bin/tc-bench tsi --modes cached,sandbox --rounds 5 --no-perftest --json" -- \
-    "$bench" tsi --modes cached,sandbox --rounds 5 --no-perftest --json --quiet
+  tc_bench tsi tsi --modes "$TSI_MODES" $quick
+  tc_bench tsi-breakdown tsi --modes cached,cached-unbatched,mailbox,ucx_am,ucx_put \
+    --rounds 3 --no-perftest --breakdown $quick
+  tc_bench first-contact tsi --modes first-contact,stall $quick
+  tc_bench sss sss $quick
+  tc_bench iput iput $quick
+  tc_bench sandbox-tsi tsi --modes cached,sandbox --rounds 5 --no-perftest $quick
   run sandbox-dapc "build/bin/tc-bench dapc $SANDBOX_DAPC --json" -- \
     "$bench" dapc $SANDBOX_DAPC --json --quiet
   if wanted dapc; then
