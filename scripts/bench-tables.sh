@@ -106,7 +106,7 @@ machine() {
   local model os ucx llvm
   model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
   os=$(. /etc/os-release && echo "${PRETTY_NAME:-?}")
-  ucx=$(ucx_info -v 2>/dev/null | sed -n 's/^# Library version: //p' | head -1)
+  ucx=$(ucx_info -v 2>/dev/null | sed -n 's/^# \(Library version:\|Version\) //p' | head -1)
   llvm=$(/usr/lib/llvm-22/bin/llvm-config --version 2>/dev/null || true)
   json_object arch "$(uname -m)" cpus "$(nproc)" cpu_model "$model" \
     os "$os" kernel "$(uname -r)" ucx "${ucx:-?}" llvm "${llvm:-?}" \
