@@ -451,8 +451,9 @@ TABLES = {
 
 # Places kept for tables that no benchmark writes yet.
 PENDING = {
-    "slurm-launch": "Not generated yet: no Slurm cluster runs the DAPC "
-                    "launch comparison (srun --mpi=pmix).",
+    "slurm-launch": "Not generated yet: the DAPC launch comparison does not "
+                    "run under srun --mpi=pmix (scripts/slurm-local.sh "
+                    "starts a one-node Slurm cluster).",
     "mpi-rma": "Not generated yet: no benchmark measures tc against MPI "
                "RMA.",
     "gpu": "Not generated yet: no benchmark runs on a GPU.",
