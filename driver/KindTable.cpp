@@ -4,8 +4,8 @@
 // writer's LLVMContext knows; records that refer to a kind (attachments to
 // instructions, functions and globals) do so by its id. The reader parses
 // every entry of the block, 2,300 instructions each for LLVM 22's 49 fixed
-// kinds, 0.15 M instructions of a TSI load's 1.05 M (callgrind, sixteenth
-// session). cutMetadataKinds rewrites that one block in place:
+// kinds, 0.15 M instructions of a TSI load's 1.05 M (callgrind).
+// cutMetadataKinds rewrites that one block in place:
 //
 //   before: [ENTER kind block][49 x METADATA_KIND][END]
 //   after:  [ENTER kind block][used METADATA_KIND records]

@@ -230,9 +230,9 @@ OPTIONS:
   --blocking          Sleep in tc_worker_wait when idle (more processes
                       than cores) instead of busy polling
   --no-mailbox        Active messages only (tc_worker_params_t::mailbox = 0)
-  --sync-compile      Compile arriving code inside tc_worker_progress, as
-                      before #21 (compile_thread = 0: every connection
-                      waits for each compile)
+  --sync-compile      Compile arriving code inside tc_worker_progress
+                      (compile_thread = 0: every connection waits for
+                      each compile)
   --prewarm           Prewarm the JIT at start, as tc-serve does
                       (TC_CONTEXT_PARAM_FIELD_PREWARM)
   --pmix              Started by mpirun / srun --mpi=pmix as a rank of a

@@ -264,6 +264,40 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     Disconnect();
     stopServer(Srv);
   }
+  // --json and --csv carry the ratios and spreads of the table below as
+  // records (scripts/bench-tables.py renders them): mode NUM/DEN with
+  // latency_ratio and rate_ratio (paired, unit "x"), and per mode with two
+  // rounds or more rate_spread (percent).
+  if (O.Fmt != Format::Table) {
+    auto Add = [&](uint64_t Size, const std::string &Mode, const char *Metric,
+                   double V, const char *Unit) {
+      Record R;
+      R.Bench = Which;
+      R.Mode = Mode;
+      R.Metric = Metric;
+      R.Value = V;
+      R.Unit = Unit;
+      R.Transport = O.Transport;
+      R.PayloadBytes = static_cast<long>(Size);
+      Out.push_back(R);
+    };
+    for (size_t SI = 0; SI < Sizes.size(); ++SI) {
+      const auto &Fig = All[SI];
+      for (size_t Ref : {size_t(2), size_t(1)}) {
+        if (!Want[0] || !Want[Ref])
+          continue;
+        std::string Mode = std::string("injected/") + SweepModes[Ref];
+        Add(Sizes[SI], Mode, "latency_ratio",
+            pairedRatio(Fig[0].Latency, Fig[Ref].Latency), "x");
+        Add(Sizes[SI], Mode, "rate_ratio",
+            pairedRatio(Fig[0].Rate, Fig[Ref].Rate), "x");
+      }
+      for (size_t Mode = 0; Mode < NumModes && Rounds > 1; ++Mode)
+        if (Want[Mode])
+          Add(Sizes[SI], SweepModes[Mode], "rate_spread",
+              spreadPercent(Fig[Mode].Rate), "%");
+    }
+  }
   printRecords(Out, O.Fmt);
   if (O.Fmt == Format::Table && Want[0] && (Want[1] || Want[2])) {
     // "paired": the median over rounds of each round's own ratio; latency

@@ -637,7 +637,7 @@ OPTIONS:
   --churn-ms N    stall: the second client ships new code every N ms
                   (default 5)
   --sync-compile  first-contact: the servers compile on their progress
-                  thread, as before #21 (stall measures both anyway)
+                  thread (compile_thread = 0; stall measures both anyway)
   --stall-spin    stall: the target busy-polls instead of sleeping when
                   idle (pinned, it shares its CPU with its compiles)
   --no-perftest   Skip the ucx_perftest reference (same as leaving
@@ -806,7 +806,7 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     if (Want("stall")) {
       // The same target twice: compiling off its progress thread (the
-      // default), and inside it (before #21). It sleeps when idle, as
+      // default), and inside it (compile_thread = 0). It sleeps when idle, as
       // tc-serve does: on this 2-core machine a busy-polling target would
       // leave its compiles no CPU but the one its progress loop spins on
       // (docs/benchmarks.md).
@@ -891,6 +891,27 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   double SandboxRate =
       pairedRatio(R.Out, First, "cached", "sandbox", "rate_msgs");
   medianOfRounds(R.Out, First);
+  // --json and --csv carry the paired ratios as records of their own, mode
+  // NUM/DEN, unit "x" (scripts/bench-tables.py renders them); the table
+  // prints them as lines below.
+  if (O.Fmt != Format::Table) {
+    auto Ratio = [&](const std::string &Num, const std::string &Den,
+                     const char *Metric, double V) {
+      if (V > 0)
+        R.add(Num + "/" + Den, Metric, V, "x");
+    };
+    for (size_t I = 0; I < NumReferences; ++I) {
+      Ratio("cached", References[I], "latency_ratio", Paired[I]);
+      Ratio("cached", References[I], "rate_ratio", PairedRate[I]);
+      Ratio("cached-unbatched", References[I], "rate_ratio",
+            PairedUnbatched[I]);
+    }
+    Ratio("mailbox", "ucx_put", "latency_ratio", MailboxPut);
+    Ratio("mailbox", "ucx_am", "latency_ratio", MailboxAm);
+    Ratio("mailbox", "ucx_am", "rate_ratio", MailboxAmRate);
+    Ratio("sandbox", "cached", "latency_ratio", SandboxLat);
+    Ratio("cached", "sandbox", "rate_ratio", SandboxRate);
+  }
 
   if (Want("first-contact")) {
     char Tmpl[] = "/tmp/tc-bench-cache-XXXXXX";

@@ -272,8 +272,11 @@ std::string drive(int Fd, void *Arg) {
     Send();
     if ((I & 15) == 15)
       ucp_worker_progress(C.W);
-    while (C.Held >= MaxInFlight)
-      ucp_worker_progress(C.W);
+    // Bounded, as every wait here: a server that died unreaped still looks
+    // alive to UCX over shared memory, and its sends would never complete.
+    if (C.Held >= MaxInFlight)
+      Err = rawProgressUntil(C.W, [&] { return C.Held < MaxInFlight; },
+                             "room for another send");
   }
   Await(N.Pings + 1);
   if (Err.empty())

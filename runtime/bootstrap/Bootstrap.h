@@ -8,7 +8,7 @@
 //
 // PMIx lives in PmixBootstrap.cpp, compiled only when libpmix is found
 // (CMake option TC_WITH_PMIX); without it createPmixBootstrap() fails with
-// one line and everything else builds and runs as before.
+// one line and everything else builds and runs without it.
 //
 // Threading: create, put, fence and get belong to the thread that drives
 // the worker. barrierAsync()'s callback runs on PMIx's own thread.

@@ -105,7 +105,7 @@ size_t formatRun(const LoadedIfunc *Code, const char *LocalName,
 /// Installs, for this process, handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE
 /// and SIGABRT that, when the faulting thread runs ifunc code, write one
 /// line "TOOL: fatal signal SIGSEGV (address 0x...) in ifunc ..." to
-/// stderr, then die of the signal as before (default action). Faults
+/// stderr, then die of the signal (its default action). Faults
 /// outside ifunc code go to the handler that was there before (UCX's
 /// backtrace printer, if UCX installed one). Also gives this thread an
 /// alternate signal stack (a stack overflow can then be reported) and

@@ -135,8 +135,8 @@ struct RuntimeOptions {
   /// Limits of sandboxed code (Mode == LoadMode::Sandbox): fuel, stacks,
   /// and the memory it may touch besides its payload and locals.
   SandboxPolicy Sandbox;
-  /// Compile arriving code on the progress thread, inside progress(), as
-  /// before #21: every connection then waits for each compile. Off by
+  /// Compile arriving code on the progress thread, inside progress():
+  /// every connection then waits for each compile. Off by
   /// default (compiles run on a helper thread); for comparisons and tests.
   bool CompileOnProgressThread = false;
   /// Where off-thread compiles run. Unset: the Runtime's own helper thread

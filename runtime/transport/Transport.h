@@ -249,7 +249,7 @@ struct UcxTransportOptions {
   /// each peer a ring it writes small frames into with one-sided puts, and
   /// write the frames of trySendNow() into the rings peers offer, where UCX
   /// maps the peer's memory here (shared memory). False: active messages
-  /// only, as before.
+  /// only.
   bool Mailbox = true;
   /// The ring offered to each peer: 128 slots of 128 bytes by default.
   mailbox::Geometry MailboxShape;

@@ -1185,8 +1185,9 @@ TEST(CApi, IfuncCodeMayProgressAndWaitOnItsOwnWorker) {
 TEST(CApi, IfuncCodeThatCameAsAnActiveMessageCannotWaitForAFlush) {
   // Mailboxes off: every message is an active message, and its code runs
   // inside UCX's progress, which cannot be re-entered to take the fence's
-  // answer. tc_ep_flush says so at once (it used to spin until its timeout,
-  // or forever with -1); tc_ep_flush_nb works and ends after the ifunc.
+  // answer. tc_ep_flush says so at once (rather than spin until its
+  // timeout, or forever with -1); tc_ep_flush_nb works and ends after the
+  // ifunc.
   struct Target {
     tc_worker_h W = nullptr;
     std::vector<tc_ep_h> Accepted;
@@ -1252,10 +1253,10 @@ TEST(CApi, IfuncCodeThatCameAsAnActiveMessageCannotWaitForAFlush) {
 
 TEST(CApi, AFlushThatTimedOutDoesNotEndALaterOne) {
   // A flush is a fence the target answers. One that timed out is still in
-  // flight; its answer, taken during a later tc_ep_flush, used to set that
-  // call's result (the first call's state lived in its returned frame, at
-  // the address the next call's took), so the later flush returned TC_OK
-  // with its own fence unanswered. (ASan: stack use after return.)
+  // flight; its answer, taken during a later tc_ep_flush, must not set that
+  // call's result (were the first call's state in its returned frame, at
+  // the address the next call's takes, the later flush would return TC_OK
+  // with its own fence unanswered; ASan: stack use after return).
   Worker Target, Source;
   tc_ep_h Ep;
   ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);

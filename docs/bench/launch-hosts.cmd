@@ -1,0 +1,1 @@
+build/bin/tc-bench serve --listen 127.0.0.1:0 --blocking (twice, named in HOSTS); build/bin/tc-bench dapc --hosts HOSTS --servers 2 --transport tcp --depths 1,64,4096 --entries 1048576 --count 100 --modes dapc,am --json

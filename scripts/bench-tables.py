@@ -1,0 +1,558 @@
+#!/usr/bin/python3
+"""The tables of docs/benchmarks.md, rendered from saved tc-bench --json output.
+
+    scripts/bench-tables.py [--data DIR] DOC [-o OUT]
+    scripts/bench-tables.py --check DOC
+
+DOC holds one pair of markers per table,
+
+    <!-- BEGIN bench-table NAME -->
+    ...
+    <!-- END bench-table NAME -->
+
+and everything between a pair is replaced by the table NAME rendered from the
+files in DIR (default: DOC's directory + /bench) that scripts/bench-tables.sh
+saved: per run, NAME.json (its `tc-bench ... --json` output), NAME.cmd (the
+command, shown above the table) and NAME.run (tc's commit, the load average
+when it began, its wall time: shown under the command); machine.json (the
+machine, with the runs' total time); plots/NAME/*.png (linked below the
+table, relative to DOC). The result is written back to DOC, to OUT, or to
+stdout with `-o -`. Tables that no benchmark writes yet (PENDING) get a line
+that says so.
+
+--check only verifies DOC's markers: every table's pair present once, in
+order, and no marker names an unknown table.
+
+The form of the output depends on nothing but the data: rows and columns come
+in a fixed order, figures are rounded to fixed precision, a figure that is
+missing is "-". Errors are one line, `bench-tables.py: error: ...`, exit 1.
+Standard library only (Debian's /usr/bin/python3).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import sys
+
+
+class Error(Exception):
+    pass
+
+
+def fail(msg):
+    print("bench-tables.py: error: %s" % msg, file=sys.stderr)
+    sys.exit(1)
+
+
+# --- Reading ------------------------------------------------------------------
+
+class Data:
+    """The saved runs in one directory, read on first use."""
+
+    def __init__(self, root, doc_dir):
+        self.root = root
+        self.doc_dir = doc_dir
+        self.cache = {}
+
+    def path(self, name):
+        return os.path.join(self.root, name)
+
+    def text(self, name):
+        try:
+            with open(self.path(name), encoding="utf-8") as f:
+                return f.read()
+        except OSError as e:
+            raise Error("%s: cannot read: %s" % (self.path(name), e.strerror))
+
+    def json(self, name):
+        if name not in self.cache:
+            try:
+                self.cache[name] = json.loads(self.text(name))
+            except json.JSONDecodeError as e:
+                raise Error("%s:%d: malformed JSON: %s"
+                            % (self.path(name), e.lineno, e.msg))
+        return self.cache[name]
+
+    def records(self, stem):
+        """The tc-bench records of STEM.json."""
+        data = self.json(stem + ".json")
+        if not isinstance(data, list):
+            raise Error("%s: expected an array of tc-bench records"
+                        % self.path(stem + ".json"))
+        out = []
+        for i, r in enumerate(data):
+            if not isinstance(r, dict) or not isinstance(r.get("mode"), str) \
+                    or not isinstance(r.get("metric"), str):
+                raise Error("%s: record %d is not a tc-bench record"
+                            % (self.path(stem + ".json"), i + 1))
+            v = r.get("value")
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise Error("%s: record %d: value is not a number"
+                            % (self.path(stem + ".json"), i + 1))
+            out.append(r)
+        if not out:
+            raise Error("%s: no tc-bench records" % self.path(stem + ".json"))
+        return Records(out)
+
+    def command(self, stem):
+        return " ".join(self.text(stem + ".cmd").split("\n")).strip()
+
+    def run(self, stem):
+        """How STEM ran: {commit, load, seconds}."""
+        r = self.json(stem + ".run")
+        if not isinstance(r, dict) or not all(
+                isinstance(r.get(k), str) for k in ("commit", "load",
+                                                     "seconds")):
+            raise Error("%s: expected commit, load and seconds"
+                        % self.path(stem + ".run"))
+        try:
+            return dict(r, seconds=int(r["seconds"]))
+        except ValueError:
+            raise Error("%s: seconds is not a number"
+                        % self.path(stem + ".run"))
+
+    def runs(self):
+        """Every NAME.run in the directory, by name."""
+        try:
+            names = sorted(n[:-4] for n in os.listdir(self.root)
+                           if n.endswith(".run"))
+        except OSError as e:
+            raise Error("%s: cannot read: %s" % (self.root, e.strerror))
+        return [self.run(n) for n in names]
+
+    def plots(self, stem):
+        """Links to plots/STEM/*.png, relative to the document."""
+        d = self.path(os.path.join("plots", stem))
+        try:
+            names = sorted(n for n in os.listdir(d) if n.endswith(".png"))
+        except OSError:
+            return []
+        return [os.path.relpath(os.path.join(d, n), self.doc_dir)
+                for n in names]
+
+
+class Records:
+    def __init__(self, rs):
+        self.rs = rs
+
+    def get(self, mode, metric, **params):
+        for r in self.rs:
+            if r["mode"] == mode and r["metric"] == metric and \
+                    all(r.get(k) == v for k, v in params.items()):
+                return float(r["value"])
+        return None
+
+    def values(self, key, **match):
+        """The distinct values of KEY among records matching MATCH, sorted."""
+        out = set()
+        for r in self.rs:
+            if all(r.get(k) == v for k, v in match.items()) and \
+                    r.get(key) is not None:
+                out.add(r[key])
+        return sorted(out)
+
+    def has_mode(self, mode):
+        return any(r["mode"] == mode for r in self.rs)
+
+
+# --- Formatting ---------------------------------------------------------------
+
+def sig(v, digits=3):
+    """V to DIGITS significant digits, plain notation: 0.653, 12.6, 190."""
+    if v is None or not math.isfinite(v):
+        return "-"
+    if v == 0:
+        return "0"
+    exp = math.floor(math.log10(abs(v)))
+    decimals = max(digits - 1 - exp, 0)
+    s = "%.*f" % (decimals, round(v, decimals))
+    return group(s)
+
+
+def group(s):
+    """Thousands separators in the integer part: 12345.6 -> 12,345.6."""
+    sign = "-" if s.startswith("-") else ""
+    s = s.lstrip("-")
+    whole, _, frac = s.partition(".")
+    parts = []
+    while len(whole) > 3:
+        parts.insert(0, whole[-3:])
+        whole = whole[:-3]
+    parts.insert(0, whole)
+    return sign + ",".join(parts) + ("." + frac if frac else "")
+
+
+def rate(v):
+    """A rate: 12.7 M, 394 K, 820."""
+    if v is None or not math.isfinite(v):
+        return "-"
+    if v >= 1e6:
+        return sig(v / 1e6) + " M"
+    if v >= 1e4:
+        return sig(v / 1e3) + " K"
+    return sig(v)
+
+
+def ratio(v):
+    return "-" if v is None or not math.isfinite(v) else "%.2f" % v
+
+
+def fixed(v, decimals):
+    return "-" if v is None or not math.isfinite(v) else "%.*f" % (decimals, v)
+
+
+def count(v):
+    return "-" if v is None or not math.isfinite(v) else group("%d" % round(v))
+
+
+def div(a, b):
+    return a / b if a is not None and b else None
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "---|" * len(header)]
+    for row in rows:
+        out.append("| " + " | ".join(row) + " |")
+    return out
+
+
+def size(v):
+    """A payload size: 16, 1 KiB, 64 KiB."""
+    v = int(v)
+    if v >= 1024 and v % 1024 == 0:
+        return "%d KiB" % (v // 1024)
+    return group("%d" % v)
+
+
+# --- The tables ---------------------------------------------------------------
+
+def block(data, stems, lines):
+    """A table's block: its command(s), the lines, its plots."""
+    out = []
+    for stem in stems:
+        r = data.run(stem)
+        out.append("`%s`" % data.command(stem))
+        out.append("")
+        out.append("(tc at %s; load average %s at the start; %d s)"
+                   % (r["commit"], r["load"], r["seconds"]))
+        out.append("")
+    out.extend(lines)
+    links = [p for stem in stems for p in data.plots(stem)]
+    if links:
+        out.append("")
+        out.append(" ".join("![%s](%s)" % (os.path.splitext(
+            os.path.basename(p))[0], p) for p in links))
+    return out
+
+
+def machine(data):
+    m = data.json("machine.json")
+    if not isinstance(m, dict):
+        raise Error("%s: expected an object" % data.path("machine.json"))
+
+    def f(key):
+        v = m.get(key)
+        return str(v) if v not in (None, "") else "?"
+    runs = data.runs()
+    commits = sorted(set(r["commit"] for r in runs))
+    return ["%s, %s CPUs (%s), %s, kernel %s; UCX %s, LLVM %s. The %d runs "
+            "below took %.1f minutes in all; tc at %s."
+            % (f("arch"), f("cpus"), f("cpu_model"), f("os"), f("kernel"),
+               f("ucx"), f("llvm"), len(runs),
+               sum(r["seconds"] for r in runs) / 60.0, ", ".join(commits))]
+
+
+TSI_ROWS = ("ucx_perftest", "ucx_am", "ucx_put", "am", "cached",
+            "cached-unbatched", "mailbox", "object", "sandbox", "uncached")
+# Paired ratios in the order shown; any others follow, sorted.
+TSI_RATIOS = ("cached/ucx_am", "cached-unbatched/ucx_am", "mailbox/ucx_put",
+              "mailbox/ucx_am", "cached/am", "cached-unbatched/am",
+              "cached/ucx_perftest", "cached-unbatched/ucx_perftest",
+              "sandbox/cached", "cached/sandbox")
+
+
+def tsi_rows(rs, modes):
+    rows = []
+    for mode in modes:
+        if not rs.has_mode(mode):
+            continue
+        rows.append(["`%s`" % mode, sig(rs.get(mode, "latency_us")),
+                     rate(rs.get(mode, "rate_msgs")),
+                     count(rs.get(mode, "frame_bytes")),
+                     sig(rs.get(mode, "msgs_per_am")),
+                     fixed(rs.get(mode, "mailbox_share"), 2)])
+    return rows
+
+
+TSI_HEADER = ["mode", "latency (us)", "rate (msgs/s)", "frame bytes",
+              "msgs per AM", "mailbox share"]
+
+
+def ratio_rows(rs, order):
+    names = [r["mode"] for r in rs.rs
+             if r["metric"] in ("latency_ratio", "rate_ratio")]
+    known = [n for n in order if n in names]
+    rest = sorted(set(n for n in names if n not in order))
+    return [["`%s`" % n, ratio(rs.get(n, "latency_ratio")),
+             ratio(rs.get(n, "rate_ratio"))] for n in known + rest]
+
+
+def render_tsi(data):
+    rs = data.records("tsi")
+    lines = table(TSI_HEADER, tsi_rows(rs, TSI_ROWS))
+    lines += [""]
+    lines += table(["paired ratio", "latency", "rate"],
+                   ratio_rows(rs, TSI_RATIOS))
+    return block(data, ["tsi"], lines)
+
+
+BREAKDOWN = (("send_call_ns", "send call"), ("one_way_ns", "one way"),
+             ("target_send_call_ns", "target's send call"),
+             ("return_ns", "return"))
+
+
+def render_breakdown(data):
+    rs = data.records("tsi-breakdown")
+    rows = []
+    for mode in TSI_ROWS:
+        if rs.get(mode, "one_way_ns") is None:
+            continue
+        rows.append(["`%s`" % mode] +
+                    [sig(rs.get(mode, m)) for m, _ in BREAKDOWN] +
+                    [sig(rs.get(mode, "latency_us"))])
+    return block(data, ["tsi-breakdown"], table(
+        ["mode"] + ["%s (ns)" % label for _, label in BREAKDOWN] +
+        ["latency (us)"], rows))
+
+
+def render_first_contact(data):
+    rs = data.records("first-contact")
+    rows = []
+    for mode in ("jit", "object", "disk-cache"):
+        if not rs.has_mode(mode):
+            continue
+        rows.append(["`%s`" % mode] + [sig(rs.get(mode, m)) for m in (
+            "first_contact_ms", "jit_ms", "fresh_first_contact_ms",
+            "fresh_jit_ms", "prewarm_ms")])
+    lines = table(["mode", "first contact (ms)", "target's load (ms)",
+                   "fresh: first contact (ms)", "fresh: load (ms)",
+                   "prewarm (ms)"], rows)
+    rows = []
+    for mode in ("stall", "stall-sync"):
+        if not rs.has_mode(mode):
+            continue
+        rows.append(["`%s`" % mode] + [sig(rs.get(mode, m)) for m in (
+            "quiet_p50_us", "quiet_p99_us", "churn_p50_us", "churn_p99_us")]
+            + [ratio(rs.get(mode, "p99_ratio")),
+               count(rs.get(mode, "contacts")),
+               sig(rs.get(mode, "contact_load_ms"))])
+    if rows:
+        lines += [""]
+        lines += table(["mode", "quiet p50 (us)", "quiet p99 (us)",
+                        "churn p50 (us)", "churn p99 (us)", "p99 ratio",
+                        "loads", "load (ms)"], rows)
+    return block(data, ["first-contact"], lines)
+
+
+def render_sweep(data, stem):
+    rs = data.records(stem)
+    rows = []
+    for p in rs.values("payload_bytes", metric="latency_us"):
+        def three(metric, fmt):
+            return " / ".join(fmt(rs.get(m, metric, payload_bytes=p))
+                              for m in ("injected", "local", "ucx_am"))
+
+        def pair(mode):
+            return "%s, %s" % (
+                ratio(rs.get(mode, "latency_ratio", payload_bytes=p)),
+                ratio(rs.get(mode, "rate_ratio", payload_bytes=p)))
+
+        def spread(mode):
+            return fixed(rs.get(mode, "rate_spread", payload_bytes=p), 1)
+        rows.append([size(p), three("latency_us", sig),
+                     three("rate_msgs", rate), pair("injected/ucx_am"),
+                     pair("injected/local"),
+                     "%s, %s" % (spread("injected"), spread("ucx_am"))])
+    return block(data, [stem], table(
+        ["payload (bytes)", "latency (us): injected / local / ucx_am",
+         "rate (msgs/s): injected / local / ucx_am",
+         "injected/ucx_am: latency, rate", "injected/local: latency, rate",
+         "rate spread (%): injected, ucx_am"], rows))
+
+
+def dapc_points(rs, mode):
+    return [(s, d) for s in rs.values("servers", mode=mode,
+                                      metric="rate_chases")
+            for d in rs.values("depth", mode=mode, metric="rate_chases",
+                               servers=s)]
+
+
+def render_dapc(data):
+    rs = data.records("dapc")
+    rows = []
+    for s, d in dapc_points(rs, "dapc"):
+        v = {m: rs.get(m, "rate_chases", servers=s, depth=d)
+             for m in ("dapc", "am", "gbpc")}
+        rows.append([count(s), count(d), sig(v["dapc"]), sig(v["am"]),
+                     sig(v["gbpc"]), ratio(div(v["dapc"], v["gbpc"]))])
+    return block(data, ["dapc"], table(
+        ["servers", "depth", "dapc (chases/s)", "am (chases/s)",
+         "gbpc (chases/s)", "dapc/gbpc"], rows))
+
+
+def render_sandbox(data):
+    rs = data.records("sandbox-tsi")
+    lines = table(TSI_HEADER, tsi_rows(rs, ("cached", "sandbox")))
+    lines += [""]
+    lines += table(["paired ratio", "latency", "rate"],
+                   ratio_rows(rs, ("sandbox/cached", "cached/sandbox")))
+    rd = data.records("sandbox-dapc")
+    rows = []
+    for s, d in dapc_points(rd, "dapc"):
+        a = rd.get("dapc", "rate_chases", servers=s, depth=d)
+        b = rd.get("dapc-sandbox", "rate_chases", servers=s, depth=d)
+        rows.append([count(s), count(d), sig(a), sig(b), ratio(div(a, b))])
+    lines += [""]
+    lines += table(["servers", "depth", "dapc (chases/s)",
+                    "dapc-sandbox (chases/s)", "dapc/dapc-sandbox"], rows)
+    return block(data, ["sandbox-tsi", "sandbox-dapc"], lines)
+
+
+def render_launch(data):
+    rh = data.records("launch-hosts")
+    rm = data.records("launch-mpirun")
+    rows = []
+    for s, d in dapc_points(rh, "dapc"):
+        for mode in ("dapc", "am"):
+            h = rh.get(mode, "rate_chases", servers=s, depth=d)
+            m = rm.get(mode, "rate_chases", servers=s, depth=d)
+            if h is None and m is None:
+                continue
+            rows.append([count(s), count(d), "`%s`" % mode, sig(h), sig(m),
+                         ratio(div(m, h))])
+    return block(data, ["launch-hosts", "launch-mpirun"], table(
+        ["servers", "depth", "mode", "hosts file (chases/s)",
+         "mpirun (chases/s)", "mpirun/hosts file"], rows))
+
+
+TABLES = {
+    "machine": machine,
+    "tsi": render_tsi,
+    "tsi-breakdown": render_breakdown,
+    "first-contact": render_first_contact,
+    "sss": lambda d: render_sweep(d, "sss"),
+    "iput": lambda d: render_sweep(d, "iput"),
+    "dapc": render_dapc,
+    "sandbox": render_sandbox,
+    "launch": render_launch,
+}
+
+# Places kept for tables that no benchmark writes yet.
+PENDING = {
+    "slurm-launch": "Not generated yet: the DAPC launch comparison does not "
+                    "run under srun --mpi=pmix (scripts/slurm-local.sh "
+                    "starts a one-node Slurm cluster).",
+    "mpi-rma": "Not generated yet: no benchmark measures tc against MPI "
+               "RMA.",
+    "gpu": "Not generated yet: no benchmark runs on a GPU.",
+}
+
+MARKER = re.compile(r"^<!-- (BEGIN|END) bench-table ([a-z0-9-]+) -->$")
+
+
+def blocks(lines, doc):
+    """[(name, begin line index, end line index)], markers checked."""
+    out, open_ = [], None
+    for i, line in enumerate(lines):
+        m = MARKER.match(line.rstrip("\n"))
+        if not m:
+            if line.lstrip().startswith("<!-- BEGIN bench-table") or \
+                    line.lstrip().startswith("<!-- END bench-table"):
+                raise Error("%s:%d: malformed marker" % (doc, i + 1))
+            continue
+        kind, name = m.groups()
+        if name not in TABLES and name not in PENDING:
+            raise Error("%s:%d: unknown table '%s'" % (doc, i + 1, name))
+        if kind == "BEGIN":
+            if open_:
+                raise Error("%s:%d: BEGIN %s inside %s" % (doc, i + 1, name,
+                                                          open_[0]))
+            open_ = (name, i)
+        else:
+            if not open_ or open_[0] != name:
+                raise Error("%s:%d: END %s without its BEGIN"
+                            % (doc, i + 1, name))
+            out.append((name, open_[1], i))
+            open_ = None
+    if open_:
+        raise Error("%s:%d: BEGIN %s without its END" % (doc, open_[1] + 1,
+                                                         open_[0]))
+    seen = [b[0] for b in out]
+    for name in list(TABLES) + list(PENDING):
+        n = seen.count(name)
+        if n != 1:
+            raise Error("%s: table '%s' has %s" % (
+                doc, name, "no markers" if n == 0 else "%d pairs of markers"
+                % n))
+    return out
+
+
+def render(lines, doc, data):
+    out, last = [], 0
+    for name, begin, end in blocks(lines, doc):
+        out.extend(lines[last:begin + 1])
+        body = PENDING[name] if name in PENDING else None
+        body = [body] if body else TABLES[name](data)
+        out.extend(line + "\n" for line in body)
+        out.append(lines[end])
+        last = end + 1
+    out.extend(lines[last:])
+    return "".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        prog="bench-tables.py",
+        description="Render the tables of docs/benchmarks.md from saved "
+                    "tc-bench --json output.")
+    ap.add_argument("doc", metavar="DOC")
+    ap.add_argument("--data", metavar="DIR",
+                    help="the saved runs (default: DOC's directory/bench)")
+    ap.add_argument("-o", metavar="OUT", dest="out",
+                    help="write here instead of DOC ('-': stdout)")
+    ap.add_argument("--check", action="store_true",
+                    help="only check DOC's markers")
+    a = ap.parse_args()
+    try:
+        try:
+            with open(a.doc, encoding="utf-8") as f:
+                lines = f.readlines()
+        except OSError as e:
+            raise Error("%s: cannot read: %s" % (a.doc, e.strerror))
+        if a.check:
+            n = len(blocks(lines, a.doc))
+            print("%s: %d tables, markers in order" % (a.doc, n))
+            return
+        # Plots are linked relative to DOC, wherever the rendering goes.
+        doc_dir = os.path.dirname(os.path.abspath(a.doc))
+        data = Data(a.data or os.path.join(doc_dir, "bench"), doc_dir)
+        text = render(lines, a.doc, data)
+    except Error as e:
+        fail(str(e))
+    if a.out == "-":
+        sys.stdout.write(text)
+        return
+    target = a.out or a.doc
+    tmp = target + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        fail("%s: cannot write: %s" % (target, e.strerror))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+build/bin/tc-bench tsi --modes first-contact,stall --json

@@ -1,0 +1,1 @@
+build/bin/tc-bench iput --sizes 65536 --json

@@ -1,0 +1,1 @@
+build/bin/tc-bench dapc --hosts HOSTS --servers 2 --json

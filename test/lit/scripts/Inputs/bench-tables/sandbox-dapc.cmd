@@ -1,0 +1,1 @@
+build/bin/tc-bench dapc --modes dapc,sandbox --json

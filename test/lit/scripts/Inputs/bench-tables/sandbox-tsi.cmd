@@ -1,0 +1,1 @@
+build/bin/tc-bench tsi --modes cached,sandbox --json

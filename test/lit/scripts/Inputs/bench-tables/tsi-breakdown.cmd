@@ -1,0 +1,1 @@
+build/bin/tc-bench tsi --modes mailbox,ucx_put --breakdown --json
