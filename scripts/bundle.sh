@@ -11,6 +11,7 @@
 #                   the base system (LLVM, clang-cpp, UCX, zstd, sodium, PMIx
 #                   and what they load), lib/ucx/ (UCX's transport modules),
 #                   lib/clang/N/include (clang's resource headers, for tc-cc),
+#                   lib/clc/nvptx64--.bc (libclc: libm for tc-cc's GPU members),
 #                   lib/cmake/TC and lib/pkgconfig (find_package(TC), tc.pc)
 #   include/tc/     ifunc.h, tc.h
 #   ifuncs/         the example archives (tc-bench's default ifunc path)
@@ -125,6 +126,14 @@ resource=$("$llvm_bin/clang" -print-resource-dir)
 [[ -d $resource/include ]] || die "no clang resource headers in '$resource'"
 mkdir -p "$top/lib/clang/$(basename "$resource")"
 cp -r "$resource/include" "$top/lib/clang/$(basename "$resource")/"
+
+# libclc's nvptx64 bitcode, which tc-cc links GPU members' libm calls from:
+# a relocated tc-cc takes <prefix>/lib/clc/nvptx64--.bc.
+libclc=$(cache_get TC_LIBCLC_NVPTX)
+[[ -f $libclc ]] || die "no libclc nvptx64 bitcode '$libclc' (libclc-22; bash scripts/setup.sh)"
+mkdir -p "$top/lib/clc"
+cp -L "$libclc" "$top/lib/clc/nvptx64--.bc"
+chmod 644 "$top/lib/clc/nvptx64--.bc"
 
 # UCX's transport modules: UCX loads lib<framework>_<name><ext> from the
 # ucx/ directory beside libucs, <ext> being libucs's own name from its first
