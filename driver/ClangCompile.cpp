@@ -16,6 +16,7 @@
 #include "clang/Basic/MacroBuilder.h"
 #include "clang/Basic/TargetInfo.h"
 #include "clang/Basic/TargetOptions.h"
+#include "clang/Basic/Version.h"
 #include "clang/CodeGen/CodeGenAction.h"
 #include "clang/Driver/Compilation.h"
 #include "clang/Driver/Driver.h"
@@ -176,6 +177,22 @@ Error checkSourceInput(const DriverOptions &O, StringRef Input) {
   return Error::success();
 }
 
+/// The clang path given to clang's driver, which takes the resource headers
+/// from <its dir>/../lib/clang/N/include. A relocated tc-cc (the bundle,
+/// scripts/bundle.sh) carries them in <prefix>/lib/clang/N beside the
+/// <prefix>/include holding tc/ifunc.h: then <prefix>/bin/clang, a path that
+/// need not exist; else the clang of the LLVM tc was built with.
+static std::string clangPath(StringRef TCIncludeDir) {
+  SmallString<256> Prefix(sys::path::parent_path(TCIncludeDir));
+  SmallString<256> Probe(Prefix);
+  sys::path::append(Probe, "lib", "clang", CLANG_VERSION_MAJOR_STRING);
+  sys::path::append(Probe, "include", "stddef.h");
+  if (!sys::fs::exists(Probe))
+    return TC_CLANG_EXECUTABLE;
+  sys::path::append(Prefix, "bin", "clang");
+  return std::string(Prefix);
+}
+
 namespace {
 
 /// What one compile's driver run produced: the cc1 job and the invocation
@@ -205,7 +222,7 @@ static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
                              bool Print, bool ForHeaders = false) {
   const DriverOptions &O = S.Opts;
   bool GPU = Triple(T.Triple).isNVPTX();
-  std::string ClangPath = TC_CLANG_EXECUTABLE;
+  std::string ClangPath = clangPath(S.TCIncludeDir);
   clang::driver::Driver D(ClangPath, T.Triple, Diags, "tc-cc");
   D.setCheckInputsExist(true);
   std::vector<std::string> Storage = {ClangPath, "--target=" + T.Triple};
@@ -360,7 +377,7 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
     adoptHostHeaders(*CI, *H->CI, Diags);
     if (Print) {
       // The cc1 command this compile runs, host headers and macros included.
-      errs() << " \"" << TC_CLANG_EXECUTABLE << "\"";
+      errs() << " \"" << clangPath(S.TCIncludeDir) << "\"";
       for (const std::string &A : CI->getCC1CommandLine()) {
         errs() << " ";
         sys::printArg(errs(), A, /*Quote=*/true);

@@ -280,6 +280,16 @@ Error Pipeline::writeDepfile() {
   return writeFile(Path, Text);
 }
 
+/// libclc's nvptx64 bitcode, which GPU members' libm calls are linked from:
+/// <prefix>/lib/clc/nvptx64--.bc in a relocated tc (the bundle,
+/// scripts/bundle.sh) whose <prefix>/include holds tc/ifunc.h; else empty,
+/// the passes' default (the build's, TC_LIBCLC_NVPTX).
+static std::string deviceMathLibrary(StringRef TCIncludeDir) {
+  SmallString<256> Path(sys::path::parent_path(TCIncludeDir));
+  sys::path::append(Path, "lib", "clc", "nvptx64--.bc");
+  return sys::fs::exists(Path) ? std::string(Path) : std::string();
+}
+
 Error Pipeline::run() {
   for (const std::string &In : O.Inputs)
     if (!isIRInput(In))
@@ -289,6 +299,7 @@ Error Pipeline::run() {
   IO.Name = O.Name;
   IO.KeepDebugInfo = O.KeepDebugInfo;
   IO.KeepUnwindTables = O.KeepUnwindTables;
+  IO.DeviceMathLibrary = deviceMathLibrary(S.TCIncludeDir);
   Expected<std::vector<CompileTarget>> Targets = resolveTargets();
   if (!Targets)
     return Targets.takeError();

@@ -30,6 +30,9 @@ PACKAGES=(
   # aarch64 cross build and its tests under qemu (scripts/build-aarch64.sh,
   # which also assembles the arm64 sysroot from Debian's arm64 packages)
   lld-22 qemu-user
+  # the relocatable bundle (scripts/bundle.sh): RUNPATHs of the copied
+  # libraries; xz-utils packs it
+  patchelf xz-utils
 )
 
 missing=()
