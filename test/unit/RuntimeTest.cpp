@@ -641,7 +641,7 @@ TEST(Runtime, LocalInvokeRunsALinkedFunctionInOrder) {
 }
 
 TEST(Runtime, CompactFramesTakeTheNextSequenceNumberEvenWhenQueued) {
-  // After the Hello (wire 1-2 on both sides) cached messages and local
+  // After the Hello (wire 1-3 on both sides) cached messages and local
   // invokes go as compact frames, whose sequence numbers are not on the
   // wire: the target counts them. Errors must still name the right ones,
   // also for frames that waited in the queue for code (they are kept
