@@ -79,6 +79,11 @@ enum : CUdevice_attribute {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 };
 
+// CUfunction_attribute values.
+enum : int {
+  CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+};
+
 // CUjit_option values.
 enum : CUjit_option {
   CU_JIT_WALL_TIME = 2,
@@ -167,7 +172,8 @@ enum : unsigned {
   X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                       \
   X(cuEventQuery, "cuEventQuery", (CUevent))                                   \
   X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                       \
-  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))
+  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                           \
+  X(cuFuncGetAttribute, "cuFuncGetAttribute", (int *, int, CUfunction))
 
 /// The environment variable that names the driver library instead of
 /// libcuda.so.1 (a path or a soname, for dlopen).

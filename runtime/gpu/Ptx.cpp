@@ -23,7 +23,6 @@
 #include "llvm/Target/TargetOptions.h"
 #include "llvm/TargetParser/Triple.h"
 
-#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -67,7 +66,9 @@ std::optional<unsigned> parseSmArch(StringRef Arch, char *Suffix) {
   return V;
 }
 
-std::string kernelName(StringRef Name) { return ("__tc_kernel_" + Name).str(); }
+std::string ptxKernelName(StringRef Name) {
+  return ("__tc_kernel_" + Name).str();
+}
 
 namespace {
 
@@ -117,7 +118,8 @@ unsigned versionInPtx(StringRef Ptx) {
 struct PtxCompiler::Impl {
   const Target *T = nullptr;
   std::string DeviceArch; ///< The sm plain members are lowered for.
-  unsigned Version = 0;   ///< PTX version asked for (0: LLVM's default).
+  unsigned Cap = 0;     ///< The driver's PTX version (0: LLVM's defaults).
+  unsigned Version = 0; ///< What the device's pipeline writes.
   std::vector<unsigned> KnownPtx; ///< LLVM's ptxNN features, ascending.
   std::vector<std::string> KnownSm; ///< LLVM's sm_ processors.
 
@@ -126,13 +128,41 @@ struct PtxCompiler::Impl {
   std::unique_ptr<LLVMContext> Ctx;
   unsigned CtxModules = 0;
 
+  /// The pipeline for \p Arch, made on first use. Its PTX version is
+  /// Cap, which must not be older than what \p Arch needs (LLVM stops the
+  /// process on such a target machine, so it is checked first with one
+  /// that writes LLVM's default, the oldest the architecture has).
   Expected<Pipeline &> pipeline(StringRef Arch) {
     auto It = Pipelines.find(Arch.str());
     if (It != Pipelines.end())
       return *It->second;
+    Expected<std::unique_ptr<Pipeline>> P = make(Arch, 0);
+    if (!P)
+      return P.takeError();
+    if (unsigned Version = Cap) {
+      LLVMContext Ctx;
+      Module Empty("tc.ptx.probe", Ctx);
+      unsigned Min = versionInPtx(lower(Empty, **P));
+      if (!Min)
+        return createStringError("LLVM's NVPTX target wrote no .version");
+      if (Min > Version)
+        return createStringError(
+            formatv("{0} needs PTX {1}.{2}; the driver reads up to {3}.{4}",
+                    Arch, Min / 10, Min % 10, Version / 10, Version % 10)
+                .str());
+      P = make(Arch, Version);
+      if (!P)
+        return P.takeError();
+    }
+    Pipeline &Ref = **P;
+    Pipelines.emplace(Arch.str(), std::move(*P));
+    return Ref;
+  }
+
+  Expected<std::unique_ptr<Pipeline>> make(StringRef Arch, unsigned V) {
     std::string Features;
-    if (Version)
-      Features = formatv("+ptx{0}", Version).str();
+    if (V)
+      Features = formatv("+ptx{0}", V).str();
     TargetOptions TO;
     std::unique_ptr<TargetMachine> TM(T->createTargetMachine(
         Triple(NvptxTriple), Arch, Features, TO, std::nullopt, std::nullopt,
@@ -146,9 +176,7 @@ struct PtxCompiler::Impl {
     if (P->TM->addPassesToEmitFile(P->PM, P->OS, nullptr,
                                    CodeGenFileType::AssemblyFile))
       return createStringError("LLVM's NVPTX target cannot emit PTX");
-    Pipeline &Ref = *P;
-    Pipelines.emplace(Arch.str(), std::move(P));
-    return Ref;
+    return std::move(P);
   }
 
   LLVMContext &context() {
@@ -227,38 +255,30 @@ PtxCompiler::create(StringRef DeviceArch, unsigned PtxVersion) {
   I.DeviceArch = formatv("sm_{0}", Best).str();
 
   if (PtxVersion) {
-    if (I.KnownPtx.empty())
-      return createStringError("LLVM's NVPTX target lists no PTX versions");
+    // The newest version LLVM writes that the driver reads.
     unsigned Cap = 0;
     for (unsigned V : I.KnownPtx)
       if (V <= PtxVersion)
         Cap = V;
     if (!Cap)
       return createStringError(
-          formatv("PTX {0}.{1} is older than every version LLVM writes",
+          formatv("the driver reads PTX up to {0}.{1}, older than every "
+                  "version LLVM writes",
                   PtxVersion / 10, PtxVersion % 10)
               .str());
-    I.Version = Cap;
+    I.Cap = Cap;
   }
-  // Compile an empty module once: its header says the PTX version this
-  // machine writes, which must not be older than the sm needs (LLVM
-  // raises it to the sm's minimum) nor newer than the driver reads.
+  // The device's pipeline now: an architecture the driver's PTX is too old
+  // for fails here, at start.
+  Expected<Pipeline &> P = I.pipeline(I.DeviceArch);
+  if (!P)
+    return P.takeError();
   {
-    Expected<Pipeline &> P = I.pipeline(I.DeviceArch);
-    if (!P)
-      return P.takeError();
     LLVMContext Ctx;
     Module Empty("tc.ptx.probe", Ctx);
-    unsigned Wrote = versionInPtx(I.lower(Empty, *P));
-    if (!Wrote)
+    I.Version = versionInPtx(I.lower(Empty, *P));
+    if (!I.Version)
       return createStringError("LLVM's NVPTX target wrote no .version");
-    if (PtxVersion && Wrote > PtxVersion)
-      return createStringError(
-          formatv("{0} needs PTX {1}.{2}; the driver reads up to {3}.{4}",
-                  I.DeviceArch, Wrote / 10, Wrote % 10, PtxVersion / 10,
-                  PtxVersion % 10)
-              .str());
-    I.Version = Wrote;
   }
   return std::move(C);
 }
@@ -267,7 +287,7 @@ PtxCompiler::create(StringRef DeviceArch, unsigned PtxVersion) {
 /// NAME_threads if it is there. Returns NAME_threads's value, if any.
 static Expected<std::optional<uint32_t>> checkEntry(const Module &M,
                                                     StringRef Name) {
-  std::string K = kernelName(Name);
+  std::string K = ptxKernelName(Name);
   auto Fail = [&](const Twine &Why) {
     return createStringError(
         ("ifunc '" + Name + "': its nvptx64 member " + Why).str());
@@ -331,7 +351,7 @@ Expected<PtxModule> PtxCompiler::compile(StringRef Bitcode, StringRef Name,
   if (!Threads)
     return Threads.takeError();
   PtxModule Out;
-  Out.Kernel = kernelName(Name);
+  Out.Kernel = ptxKernelName(Name);
   Out.Arch = Arch;
   Out.Threads = *Threads;
   Out.Ptx = I->lower(**M, *P);
@@ -373,8 +393,7 @@ done:
 declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
 )";
 
-Expected<double> PtxCompiler::prewarm() {
-  auto Start = std::chrono::steady_clock::now();
+Expected<std::string> PtxCompiler::prewarm() {
   std::lock_guard<std::mutex> L(I->Mu);
   Expected<Pipeline &> P = I->pipeline(I->DeviceArch);
   if (!P)
@@ -389,9 +408,7 @@ Expected<double> PtxCompiler::prewarm() {
   M.reset();
   if (Ptx.find(".entry __tc_kernel_tc_prewarm") == std::string::npos)
     return createStringError("prewarming the PTX compiler: no kernel written");
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now() - Start)
-      .count();
+  return Ptx;
 }
 
 } // namespace tc

@@ -86,8 +86,10 @@ public:
   const std::string &arch() const;
   unsigned ptxVersion() const;
   /// Compiles a built-in module once, so the first real compile finds
-  /// LLVM's NVPTX tables set up and its code paged in. Milliseconds taken.
-  llvm::Expected<double> prewarm();
+  /// LLVM's NVPTX tables set up and its code paged in. Returns its PTX
+  /// (kernel __tc_kernel_tc_prewarm), which GpuTarget links once to warm
+  /// the driver's JIT the same way.
+  llvm::Expected<std::string> prewarm();
 
 private:
   PtxCompiler();
@@ -96,7 +98,7 @@ private:
 };
 
 /// The entry point's name for ifunc \p Name.
-std::string kernelName(llvm::StringRef Name);
+std::string ptxKernelName(llvm::StringRef Name);
 
 } // namespace tc
 

@@ -96,6 +96,8 @@ callJitted(Ret (*Fn)(Params...), Args &&...A) {
   return Fn(std::forward<Args>(A)...);
 }
 
+struct GpuKernel; // gpu/GpuTarget.h
+
 /// One loaded code identity.
 struct LoadedIfunc {
   ArchiveHash Hash{};
@@ -108,6 +110,9 @@ struct LoadedIfunc {
   double LoadMillis = 0;   ///< Parse + compile/link + lookup, wall clock.
   bool FromDiskCache = false; ///< The object came from JitOptions::CacheDir.
   bool Sandboxed = false;     ///< Instrumented: run it with runSandboxed().
+  /// Set for a GPU member loaded by a GpuTarget (gpu/GpuTarget.h), which
+  /// owns this LoadedIfunc: launch it there; Main is null.
+  const GpuKernel *Gpu = nullptr;
 };
 
 /// What a JitEngine may load and run.

@@ -11,6 +11,7 @@
 
 #include "jit/Guard.h"
 #include "bootstrap/Bootstrap.h"
+#include "gpu/GpuTarget.h"
 #include "protocol/Runtime.h"
 #include "ToolSupport.h"
 
@@ -83,6 +84,19 @@ OPTIONS:
   --ifunc-path DIRS    Load every NAME.tcfb in these ':'-separated
                        directories at start, so their first messages find
                        the code ready (no JIT on first contact)
+  --gpu [N]            Run ifuncs on CUDA device N (0): an archive's
+                       nvptx64 member on the GPU, with the region in device
+                       memory; its CPU member here when it has none for the
+                       device. Needs the NVIDIA driver (libcuda.so.1, or
+                       $TC_CUDA_LIBRARY) at run time. docs/runtime.md
+  --gpu-info           Print the device of --gpu N (name, sm, driver, PTX
+                       version, memory) and exit; exit 1 with the reason if
+                       it cannot run ifuncs
+  --gpu-ptx ARCHIVE    Print the PTX a GPU target would load for ARCHIVE's
+                       nvptx64 member and exit. For the device of --gpu N,
+                       or, without a driver, for --gpu-arch sm_XY (and the
+                       PTX version of driver --gpu-cuda X.Y, else LLVM's
+                       oldest for that sm)
   --pmix               Started by mpirun or srun --mpi=pmix: publish this
                        worker under its rank (senders use --to-rank), and
                        exit when every rank of the job has finished (a
@@ -183,6 +197,80 @@ static void watchdog(unsigned LimitMs, std::atomic<bool> &Quit) {
     kill(getpid(), SIGTERM); // The handler prints the counters.
     return;
   }
+}
+
+/// One line about a GPU target's device.
+static std::string describeGpu(const tc::GpuInfo &I) {
+  return formatv("gpu {0}: {1}, {2}, {3} multiprocessors, {4} MiB, CUDA "
+                 "driver {5}, PTX {6}.{7} for {8}",
+                 I.Device, I.Name, I.Arch, I.Multiprocessors, I.Memory >> 20,
+                 cuda::driverVersionText(I.DriverVersion), I.PtxVersion / 10,
+                 I.PtxVersion % 10, I.CodeArch)
+      .str();
+}
+
+/// tc-serve --gpu-ptx: the PTX a GPU target would load for \p Path's
+/// nvptx64 member, with two comment lines saying what it is and how it is
+/// launched, on stdout.
+static int printPtx(const char *Tool, StringRef Path, std::optional<int> Gpu,
+                    StringRef Arch, StringRef Cuda) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
+  if (!B)
+    return toolError(Tool, "'" + Path + "': " + B.getError().message());
+  Expected<Archive> A = readArchive((*B)->getMemBufferRef());
+  if (!A)
+    return toolError(Tool, "'" + Path + "': " + toString(A.takeError()));
+  std::string DeviceArch = Arch.str();
+  unsigned PtxVersion = 0;
+  std::unique_ptr<GpuTarget> G;
+  if (!Cuda.empty()) {
+    unsigned Major, Minor;
+    auto [Ma, Mi] = Cuda.split('.');
+    if (Ma.getAsInteger(10, Major) || Mi.getAsInteger(10, Minor) ||
+        Minor > 9 || !(PtxVersion = ptxVersionForDriver(
+                           int(Major * 1000 + Minor * 10))))
+      return toolError(Tool, "bad --gpu-cuda '" + Cuda +
+                                 "' (a CUDA version X.Y, 11.0 or later)");
+  }
+  if (DeviceArch.empty()) {
+    GpuOptions O;
+    O.Device = Gpu.value_or(0);
+    O.Prewarm = false;
+    Expected<std::unique_ptr<GpuTarget>> T = GpuTarget::create(O);
+    if (!T)
+      return toolError(Tool, toString(T.takeError()) +
+                                 " (--gpu-arch sm_XY prints PTX without one)");
+    G = std::move(*T);
+    DeviceArch = G->info().Arch;
+    if (!PtxVersion)
+      PtxVersion = ptxVersionForDriver(G->info().DriverVersion);
+  }
+  Expected<std::unique_ptr<PtxCompiler>> C =
+      PtxCompiler::create(DeviceArch, PtxVersion);
+  if (!C)
+    return toolError(Tool, toString(C.takeError()));
+  Expected<const Member *> M = selectMember(*A, NvptxTriple, DeviceArch,
+                                            Role::Target, ImageKind::Bitcode);
+  if (!M)
+    return toolError(Tool, "'" + Path + "': " + toString(M.takeError()));
+  Expected<PtxModule> P = (*C)->compile((*M)->Image, A->Name, (*M)->CPU);
+  if (!P)
+    return toolError(Tool, toString(P.takeError()));
+  std::string Shape =
+      !P->Threads ? "1 thread (no " + A->Name + "_threads)"
+      : *P->Threads == FillDeviceThreads
+          ? "as many blocks of 256 threads as fill the device (" + A->Name +
+                "_threads 0xffffffff)"
+          : formatv("{0} threads ({1}_threads)", *P->Threads, A->Name).str();
+  outs() << formatv("// tc: ifunc {0} ({1}), member {2}{3}{4}, for a {5} "
+                    "device as {6}, PTX {7}.{8}\n",
+                    A->Name, toHex(A->Hash).substr(0, 16), (*M)->Triple,
+                    (*M)->CPU.empty() ? "" : " ", (*M)->CPU, DeviceArch,
+                    P->Arch, P->PtxVersion / 10, P->PtxVersion % 10)
+         << "// tc: launch: " << Shape << "\n"
+         << P->Ptx;
+  outs().flush();
+  return 0;
 }
 
 /// Loads every NAME.tcfb in the ':'-separated \p Dirs (sorted by name, so
@@ -286,13 +374,32 @@ int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
-  bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false;
+  bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false,
+       GpuInfo = false;
+  std::optional<int> Gpu;
+  std::string GpuPtx, GpuArch, GpuCuda;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
     if (std::optional<int> Exit = standardFlag(Tool, Usage, A))
       return *Exit;
-    if (A == "-v") {
+    if (A == "--gpu" || A.starts_with("--gpu=")) {
+      // --gpu, --gpu N or --gpu=N.
+      StringRef N = A.consume_front("--gpu=") ? A : StringRef();
+      if (N.empty() && I + 1 < argc && StringRef(argv[I + 1]).size() &&
+          StringRef(argv[I + 1]).find_first_not_of("0123456789") ==
+              StringRef::npos)
+        N = argv[++I];
+      int Dev = 0;
+      if (!N.empty() && (N.getAsInteger(10, Dev) || Dev < 0))
+        return toolError(Tool, "bad --gpu '" + N + "'");
+      Gpu = Dev;
+    } else if (takeOption(argc, argv, I, "--gpu-ptx", GpuPtx, OptError) ||
+               takeOption(argc, argv, I, "--gpu-arch", GpuArch, OptError) ||
+               takeOption(argc, argv, I, "--gpu-cuda", GpuCuda, OptError)) {
+    } else if (A == "--gpu-info") {
+      GpuInfo = true;
+    } else if (A == "-v") {
       Verbose = true;
     } else if (A == "--pmix") {
       Pmix = true;
@@ -329,6 +436,20 @@ int main(int argc, char **argv) {
       return toolError(Tool, "unknown argument '" + A + "' (try --help)");
     }
   }
+  if (!GpuPtx.empty())
+    return printPtx(Tool, GpuPtx, Gpu, GpuArch, GpuCuda);
+  if (GpuInfo) {
+    GpuOptions O;
+    O.Device = Gpu.value_or(0);
+    O.Prewarm = false;
+    Expected<std::unique_ptr<GpuTarget>> G = GpuTarget::create(O);
+    if (!G)
+      return toolError(Tool, toString(G.takeError()));
+    outs() << "tc-serve: " << describeGpu((*G)->info()) << "\n";
+    return 0;
+  }
+  if (!GpuArch.empty() || !GpuCuda.empty())
+    return toolError(Tool, "--gpu-arch and --gpu-cuda go with --gpu-ptx");
   if (Listen.empty() && !Pmix)
     return toolError(Tool, "missing --listen HOST:PORT (or --pmix)");
   std::pair<std::string, uint16_t> HostPort;
@@ -403,6 +524,22 @@ int main(int argc, char **argv) {
   Opts.Sandbox.TargetArgsSize = Size;
   if (Prewarm)
     Opts.Jit.Prewarm = Opts.Mode;
+
+  // A GPU target: the device, its context and its region first, so that a
+  // machine without one fails before anything listens.
+  std::unique_ptr<GpuTarget> G;
+  if (Gpu) {
+    GpuOptions GO;
+    GO.Device = *Gpu;
+    GO.RegionSize = Size;
+    GO.CacheDir = Opts.Jit.CacheDir;
+    GO.MaxRunMs = MaxRun;
+    GO.Prewarm = Prewarm;
+    Expected<std::unique_ptr<GpuTarget>> GT = GpuTarget::create(GO);
+    if (!GT)
+      return toolError(Tool, toString(GT.takeError()));
+    G = std::move(*GT);
+  }
 
   auto T = createUcxTransport();
   if (!T)
