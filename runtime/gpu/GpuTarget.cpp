@@ -220,6 +220,7 @@ void GpuTarget::closeContext() {
     if (KV.second->S)
       (void)Cu.cuStreamDestroy(KV.second->S);
   Streams.clear();
+  Closing = 0;
   for (CUevent E : FreeEvents)
     (void)Cu.cuEventDestroy(E);
   FreeEvents.clear();
@@ -236,11 +237,15 @@ void GpuTarget::closeContext() {
 GpuTarget::~GpuTarget() {
   if (!D || !Ctx)
     return;
-  (void)D->cuCtxSynchronize();
-  closeContext();
-  for (auto &KV : Kernels)
-    if (KV.second->Module && KV.second->Generation == Generation)
-      (void)D->cuModuleUnload(KV.second->Module);
+  // With work in flight (a kernel that may never end), freeing its memory
+  // would wait for it: releasing the context, the last reference to it,
+  // resets it and ends that work. Idle, everything is freed first.
+  if (!InFlight) {
+    closeContext();
+    for (auto &KV : Kernels)
+      if (KV.second->Module && KV.second->Generation == Generation)
+        (void)D->cuModuleUnload(KV.second->Module);
+  }
   (void)D->cuDevicePrimaryCtxRelease(Dev);
 }
 
@@ -497,6 +502,10 @@ void GpuTarget::unload(const ArchiveHash &H) {
     K = std::move(It->second);
     Kernels.erase(It);
   }
+  if (K->Launched) { // Its module goes when its last launch is done.
+    Doomed.push_back(std::move(K));
+    return;
+  }
   std::lock_guard<std::mutex> C(CtxMutex);
   if (K->Module && K->Generation == Generation)
     (void)D->cuModuleUnload(K->Module);
@@ -520,6 +529,7 @@ Expected<GpuTarget::Stream *> GpuTarget::stream(uint64_t Conn) {
     return It->second.get();
   if (It != Streams.end()) { // Closed but busy: a new connection reuses it.
     It->second->Closing = false;
+    --Closing;
     return It->second.get();
   }
   auto S = std::make_unique<Stream>();
@@ -546,6 +556,8 @@ void GpuTarget::closeConnection(uint64_t Conn) {
   if (It == Streams.end())
     return;
   if (!It->second->Ops.empty()) {
+    if (!It->second->Closing)
+      ++Closing;
     It->second->Closing = true;
     return;
   }
@@ -657,8 +669,10 @@ Error GpuTarget::launch(uint64_t Conn, const GpuKernel &KC, StringRef Payload,
     ++Counters.LargePayloads;
     if (Error E = TC_CU(*D, cuMemAlloc, &O.Big, Payload.size()))
       return failLaunch(std::move(E));
-    if (Error E = TC_CU(*D, cuMemcpyHtoD, O.Big, Payload.data(),
-                        Payload.size())) {
+    // On the stream, so the kernel after it sees the bytes; from pageable
+    // memory the driver has taken them when the call returns.
+    if (Error E = TC_CU(*D, cuMemcpyHtoDAsync, O.Big, Payload.data(),
+                        Payload.size(), S.S)) {
       (void)D->cuMemFree(O.Big);
       return failLaunch(std::move(E));
     }
@@ -679,6 +693,7 @@ Error GpuTarget::launch(uint64_t Conn, const GpuKernel &KC, StringRef Payload,
     S.FrontSince = Clock::now();
   S.Ops.push_back(std::move(O));
   ++InFlight;
+  ++K.Launched;
   ++Counters.Launches;
   return Error::success();
 }
@@ -801,14 +816,30 @@ void GpuTarget::finishGroup(Stream &S) {
       (void)D->cuMemFree(O.Big);
     if (O.Event)
       giveEvent(O.Event);
+    if (O.Kernel)
+      landed(*O.Kernel);
     Ready.push_back(std::move(R));
     --InFlight;
     S.Ops.pop_front();
   }
 }
 
+void GpuTarget::landed(const GpuKernel &KC) {
+  GpuKernel &K = const_cast<GpuKernel &>(KC);
+  if (--K.Launched || Doomed.empty())
+    return;
+  // unload() left it here until its last launch was done.
+  for (auto It = Doomed.begin(); It != Doomed.end(); ++It)
+    if (It->get() == &K) {
+      if (K.Module && K.Generation == Generation)
+        (void)D->cuModuleUnload(K.Module);
+      Doomed.erase(It);
+      return;
+    }
+}
+
 bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
-  if (InFlight) {
+  if (InFlight || Closing) {
     Clock::time_point Now = Clock::now();
     bool Recovered = false;
     for (auto It = Streams.begin(); !Recovered && It != Streams.end();) {
@@ -864,6 +895,7 @@ bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
         break;
       if (S.Ops.empty() && S.Closing) {
         (void)D->cuStreamDestroy(S.S);
+        --Closing;
         It = Streams.erase(It);
         continue;
       }
@@ -951,6 +983,12 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
       S.Ops.pop_front();
     }
   }
+  {
+    std::lock_guard<std::mutex> L(KernelsMutex);
+    for (auto &KV : Kernels)
+      KV.second->Launched = 0;
+  }
+  Doomed.clear(); // Their modules go with the context.
   Counters.Faults += NFaulted;
   Counters.Lost += NLost;
   if (Overrun)

@@ -99,6 +99,7 @@ struct GpuKernel {
   cuda::CUmodule Module = nullptr;
   cuda::CUfunction Function = nullptr;
   uint64_t Generation = 0;
+  unsigned Launched = 0; ///< Launches in flight (the progress thread's).
 };
 
 /// What one operation on a connection's stream came to.
@@ -149,10 +150,8 @@ public:
   /// CPU JIT's (CompileFailed for lowering, link or module load).
   llvm::Expected<const GpuKernel &> load(const Archive &A, const Member &M);
   const GpuKernel *find(const ArchiveHash &H) const;
-  /// Frees the module of \p H. Not while launches of it are in flight
-  /// (the Runtime evicts between messages; a launch holds no reference
-  /// the module's unload would break: the driver keeps the module's code
-  /// until its launches finish).
+  /// Forgets \p H: find() no longer returns it, and its module is freed
+  /// once its launches in flight are done.
   void unload(const ArchiveHash &H);
 
   /// Launches \p K on \p Conn's stream with \p Payload (copied first) and
@@ -224,6 +223,8 @@ private:
   void event(const llvm::Twine &Msg);
   /// Completes the front group of \p S (its event finished).
   void finishGroup(Stream &S);
+  /// A launch of \p K is done: frees K if unload() left it to the end.
+  void landed(const GpuKernel &K);
   std::string describe(const Op &O) const;
 
   GpuOptions Opts;
@@ -245,6 +246,9 @@ private:
   std::deque<std::unique_ptr<Alloc>> Allocs; ///< In allocation order.
   std::vector<cuda::CUevent> FreeEvents;
   std::map<uint64_t, std::unique_ptr<Stream>> Streams;
+  unsigned Closing = 0; ///< Streams closed with work still in flight.
+  /// Unloaded kernels whose launches are still in flight.
+  std::vector<std::unique_ptr<GpuKernel>> Doomed;
   unsigned InFlight = 0; ///< Operations not reported yet.
   std::vector<GpuDone> Ready; ///< Reported at the next poll().
   /// Set when the context could not be made again: every operation fails
