@@ -143,6 +143,8 @@ enum : unsigned {
     (CUdeviceptr, const void *, size_t, CUstream))                             \
   X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2",                                 \
     (void *, CUdeviceptr, size_t, CUstream))                                   \
+  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2",                                 \
+    (CUdeviceptr, CUdeviceptr, size_t, CUstream))                              \
   X(cuMemHostAlloc, "cuMemHostAlloc", (void **, size_t, unsigned))             \
   X(cuMemFreeHost, "cuMemFreeHost", (void *))                                  \
   X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                 \

@@ -551,7 +551,12 @@ int main(int argc, char **argv) {
   if (Error E = R.registerLocal("increment", tcServeIncrement))
     return toolError(Tool, toString(std::move(E)));
   if (Verbose) {
-    R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
+    // Each line as it happens: -v output is read by tools (tc-bench --gpu)
+    // while the target runs.
+    R.onEvent([](StringRef E) {
+      outs() << "tc-serve: " << E << "\n";
+      outs().flush();
+    });
     outs() << "tc-serve: running " << R.jit().triple() << " code for cpu "
            << R.jit().cpu() << "\n";
     if (std::optional<double> Ms = R.jit().prewarmMillis())
@@ -607,6 +612,15 @@ int main(int argc, char **argv) {
            << ", pid " << ::getpid() << "\n";
   }
   // --- end PMIx bootstrap
+  if (Verbose) {
+    // For clients that connect by worker address (tc-bench over shared
+    // memory, as it does with its own servers).
+    Expected<std::string> Addr = R.transport().address();
+    if (Addr)
+      outs() << "tc-serve: worker address " << toHex(*Addr, true) << "\n";
+    else
+      consumeError(Addr.takeError());
+  }
   if (!Listen.empty())
     outs() << "tc-serve: listening on " << HP->first << ":" << Port << "\n";
   outs().flush();
