@@ -120,9 +120,9 @@ std::smatch awaitLine(Child &S, const std::regex &Re, const std::string &What,
 /// tc-serve --gpu, listening on loopback, with -v (its load lines).
 Child startGpuServer(const GpuOptions &G, const std::vector<std::string> &More,
                      const std::string &Name) {
-  std::vector<std::string> A = {binDir() + "/tc-serve", "--gpu",
-                                std::to_string(G.Device), "--listen",
-                                "127.0.0.1:0", "-v"};
+  std::vector<std::string> A = {
+      binDir() + "/tc-serve", "--gpu", std::to_string(G.Device), "--listen",
+      "127.0.0.1:0",          "-v"};
   A.insert(A.end(), More.begin(), More.end());
   return startServer(A, "", Name);
 }
@@ -223,7 +223,8 @@ std::string ptxFor(const Device &Dev, const std::string &Archive,
     Err = llvm::toString(M.takeError());
     return "";
   }
-  auto C = tc::PtxCompiler::create(Dev.Arch, tc::ptxVersionForDriver(Dev.Version));
+  auto C =
+      tc::PtxCompiler::create(Dev.Arch, tc::ptxVersionForDriver(Dev.Version));
   if (!C) {
     Err = llvm::toString(C.takeError());
     return "";
@@ -273,8 +274,8 @@ ucs_status_t onCuda(void *Arg, const void *, size_t, void *Data, size_t Length,
   CUdeviceptr P = S->PinnedDev, T = S->Region;
   uint64_t Size = N;
   void *Params[] = {&P, &Size, &T};
-  if (llvm::Error E = TC_CU(*S->Dev->D, cuLaunchKernel, S->Fn, 1, 1, 1, 1, 1,
-                            1, 0, S->Dev->S, Params, nullptr)) {
+  if (llvm::Error E = TC_CU(*S->Dev->D, cuLaunchKernel, S->Fn, 1, 1, 1, 1, 1, 1,
+                            0, S->Dev->S, Params, nullptr)) {
     if (S->Err.empty())
       S->Err = llvm::toString(std::move(E));
   } else {
@@ -321,11 +322,10 @@ int serveRaw(int Fd, void *Arg) {
     JitMs[I] = secondsSince(T0) * 1e3;
   }
   if (Err.empty())
-    if (llvm::Error E =
-            joinErrors(TC_CU(*Dev.D, cuModuleGetFunction, &S.Fn, Mod,
-                             Kernel.c_str()),
-                       joinErrors(TC_CU(*Dev.D, cuMemAlloc, &S.Region, 64),
-                                  TC_CU(*Dev.D, cuMemsetD8, S.Region, 0, 64))))
+    if (llvm::Error E = joinErrors(
+            TC_CU(*Dev.D, cuModuleGetFunction, &S.Fn, Mod, Kernel.c_str()),
+            joinErrors(TC_CU(*Dev.D, cuMemAlloc, &S.Region, 64),
+                       TC_CU(*Dev.D, cuMemsetD8, S.Region, 0, 64))))
       Err = llvm::toString(std::move(E));
   void *Host = nullptr;
   if (Err.empty())
@@ -342,8 +342,8 @@ int serveRaw(int Fd, void *Arg) {
   uint64_t Pings = A.G.Warmup + A.G.Iters;
   // Ping-pong: answer each message once its launch is done.
   for (uint64_t I = 1; Err.empty() && I <= Pings; ++I) {
-    Err = rawProgressUntil(S.W, [&] { return S.Received >= I; },
-                           "the client's messages");
+    Err = rawProgressUntil(
+        S.W, [&] { return S.Received >= I; }, "the client's messages");
     if (Err.empty())
       Err = drainStream(S);
     if (Err.empty())
@@ -351,9 +351,9 @@ int serveRaw(int Fd, void *Arg) {
   }
   // Rate: answer once every launch is done.
   if (Err.empty())
-    Err = rawProgressUntil(S.W,
-                           [&] { return S.Received >= Pings + A.G.Msgs; },
-                           "the client's messages");
+    Err = rawProgressUntil(
+        S.W, [&] { return S.Received >= Pings + A.G.Msgs; },
+        "the client's messages");
   if (Err.empty())
     Err = drainStream(S);
   if (Err.empty())
@@ -397,7 +397,8 @@ std::string driveRaw(int Fd, void *Arg) {
     auto T0 = Clock::now();
     Err = rawSendNow(C, CudaAmId, &Msg, 1);
     if (Err.empty())
-      Err = rawProgressUntil(C.W, [&] { return C.Pongs >= I; }, "a pong");
+      Err = rawProgressUntil(
+          C.W, [&] { return C.Pongs >= I; }, "a pong");
     if (I > A.G.Warmup)
       A.Rtt.push_back(secondsSince(T0) * 1e6);
   }
@@ -408,8 +409,8 @@ std::string driveRaw(int Fd, void *Arg) {
       ucp_worker_progress(C.W);
   }
   if (Err.empty())
-    Err = rawProgressUntil(C.W, [&] { return C.Pongs >= Pings + 1; },
-                           "the last pong");
+    Err = rawProgressUntil(
+        C.W, [&] { return C.Pongs >= Pings + 1; }, "the last pong");
   if (Err.empty())
     A.Rate = double(A.G.Msgs) / secondsSince(T0);
   char Bye = 0;
@@ -544,18 +545,18 @@ int serveCopy(int Fd, void *Arg) {
   size_t Bytes = size_t(A.G.RegionMiB) << 20;
   CUdeviceptr Src = 0, Dst = 0;
   if (Err.empty())
-    if (llvm::Error E = joinErrors(
-            joinErrors(TC_CU(*Dev.D, cuMemAlloc, &Src, Bytes),
-                       TC_CU(*Dev.D, cuMemAlloc, &Dst, Bytes)),
-            TC_CU(*Dev.D, cuMemsetD8, Src, 1, Bytes)))
+    if (llvm::Error E =
+            joinErrors(joinErrors(TC_CU(*Dev.D, cuMemAlloc, &Src, Bytes),
+                                  TC_CU(*Dev.D, cuMemAlloc, &Dst, Bytes)),
+                       TC_CU(*Dev.D, cuMemsetD8, Src, 1, Bytes)))
       Err = llvm::toString(std::move(E));
   double GBps = 0;
   for (uint64_t Round = 0; Err.empty() && Round < 2; ++Round) {
     uint64_t N = Round == 0 ? 2 : A.G.Reps;
     auto T0 = Clock::now();
     for (uint64_t I = 0; Err.empty() && I < N; ++I)
-      if (llvm::Error E = TC_CU(*Dev.D, cuMemcpyDtoDAsync, Dst, Src, Bytes,
-                                Dev.S))
+      if (llvm::Error E =
+              TC_CU(*Dev.D, cuMemcpyDtoDAsync, Dst, Src, Bytes, Dev.S))
         Err = llvm::toString(std::move(E));
     if (Err.empty())
       if (llvm::Error E = TC_CU(*Dev.D, cuStreamSynchronize, Dev.S))
@@ -565,8 +566,7 @@ int serveCopy(int Fd, void *Arg) {
   // The copy is right: a byte of the destination is the source's.
   unsigned char Probe = 0;
   if (Err.empty())
-    if (llvm::Error E =
-            TC_CU(*Dev.D, cuMemcpyDtoH, &Probe, Dst + Bytes - 1, 1))
+    if (llvm::Error E = TC_CU(*Dev.D, cuMemcpyDtoH, &Probe, Dst + Bytes - 1, 1))
       Err = llvm::toString(std::move(E));
   if (Err.empty() && Probe != 1)
     Err = "cuMemcpyDtoD copied wrong bytes";

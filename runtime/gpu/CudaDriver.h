@@ -174,7 +174,7 @@ enum : unsigned {
   X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                       \
   X(cuEventQuery, "cuEventQuery", (CUevent))                                   \
   X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                       \
-  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                           \
+  X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                            \
   X(cuFuncGetAttribute, "cuFuncGetAttribute", (int *, int, CUfunction))
 
 /// The environment variable that names the driver library instead of

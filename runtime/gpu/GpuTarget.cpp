@@ -38,10 +38,10 @@ struct GpuTarget::Op {
   GpuDone::Kind What = GpuDone::Launch;
   uint64_t Tag = 0;
   const GpuKernel *Kernel = nullptr; ///< Launch.
-  Alloc *Mem = nullptr;       ///< Its payload or read buffer in the ring.
-  CUdeviceptr Big = 0;        ///< A payload too large for the ring.
-  uint64_t Length = 0;        ///< Read: bytes.
-  std::string Data;           ///< Read: a buffer too large for the ring.
+  Alloc *Mem = nullptr; ///< Its payload or read buffer in the ring.
+  CUdeviceptr Big = 0;  ///< A payload too large for the ring.
+  uint64_t Length = 0;  ///< Read: bytes.
+  std::string Data;     ///< Read: a buffer too large for the ring.
   /// Set on the last operation of a group: done when every operation of
   /// the group (since the previous event) is.
   CUevent Event = nullptr;
@@ -85,8 +85,7 @@ Expected<std::unique_ptr<GpuTarget>> GpuTarget::create(const GpuOptions &O) {
   if (CUresult R = Cu.cuInit(0)) {
     if (R == CUDA_ERROR_NO_DEVICE)
       return createStringError("no CUDA device: the driver (" + Cu.library() +
-                               ") found none (cuInit: " + Cu.describe(R) +
-                               ")");
+                               ") found none (cuInit: " + Cu.describe(R) + ")");
     return Cu.check(R, "cuInit");
   }
   if (Error E = TC_CU(Cu, cuDriverGetVersion, &I.DriverVersion))
@@ -110,11 +109,11 @@ Expected<std::unique_ptr<GpuTarget>> GpuTarget::create(const GpuOptions &O) {
   I.Name = Name;
   int Major = 0, Minor = 0, MapHost = 0;
   if (Error E = joinErrors(
-          joinErrors(TC_CU(Cu, cuDeviceGetAttribute, &Major,
-                           CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, G->Dev),
-                     TC_CU(Cu, cuDeviceGetAttribute, &Minor,
-                           CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                           G->Dev)),
+          joinErrors(
+              TC_CU(Cu, cuDeviceGetAttribute, &Major,
+                    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, G->Dev),
+              TC_CU(Cu, cuDeviceGetAttribute, &Minor,
+                    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, G->Dev)),
           joinErrors(TC_CU(Cu, cuDeviceGetAttribute, &I.Multiprocessors,
                            CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, G->Dev),
                      TC_CU(Cu, cuDeviceGetAttribute, &MapHost,
@@ -139,8 +138,8 @@ Expected<std::unique_ptr<GpuTarget>> GpuTarget::create(const GpuOptions &O) {
             .str());
   Expected<std::unique_ptr<PtxCompiler>> PC = PtxCompiler::create(I.Arch, Ptx);
   if (!PC)
-    return createStringError("CUDA device " + std::to_string(O.Device) +
-                             " (" + I.Name + ", " + I.Arch + ", driver " +
+    return createStringError("CUDA device " + std::to_string(O.Device) + " (" +
+                             I.Name + ", " + I.Arch + ", driver " +
                              driverVersionText(I.DriverVersion) +
                              "): " + toString(PC.takeError()));
   G->Ptx = std::move(*PC);
@@ -178,8 +177,7 @@ Expected<std::unique_ptr<GpuTarget>> GpuTarget::create(const GpuOptions &O) {
     }
     consumeError(TC_CU(Cu, cuModuleUnload, K.Module));
     I.PrewarmMillis =
-        std::chrono::duration<double, std::milli>(Clock::now() - Start)
-            .count();
+        std::chrono::duration<double, std::milli>(Clock::now() - Start).count();
   }
   return std::move(G);
 }
@@ -254,8 +252,8 @@ GpuTarget::~GpuTarget() {
 //===----------------------------------------------------------------------===//
 
 const Member *GpuTarget::memberFor(const Archive &A) const {
-  Expected<const Member *> M = selectMember(A, NvptxTriple, Info.Arch,
-                                            Role::Target, ImageKind::Bitcode);
+  Expected<const Member *> M =
+      selectMember(A, NvptxTriple, Info.Arch, Role::Target, ImageKind::Bitcode);
   if (!M) {
     consumeError(M.takeError());
     return nullptr;
@@ -279,8 +277,8 @@ std::string GpuTarget::cacheKey(const Archive &A, const Member &M,
     H.update(S);
   };
   Field("tc-cubin-cache-v1");
-  Field(StringRef(reinterpret_cast<const char *>(A.Hash.data()),
-                  A.Hash.size()));
+  Field(
+      StringRef(reinterpret_cast<const char *>(A.Hash.data()), A.Hash.size()));
   Field(M.Triple);
   Field(M.CPU);
   Field(M.Features);
@@ -400,8 +398,8 @@ Error GpuTarget::loadModule(GpuKernel &K) {
       std::max(1u, std::min(BlockThreads, unsigned(std::max(MaxBlock, 1))));
   if (K.Threads == FillDeviceThreads) {
     int PerSM = 0;
-    if (Error E = TC_CU(Cu, cuOccupancyMaxActiveBlocksPerMultiprocessor,
-                        &PerSM, F, int(BlockMax), 0))
+    if (Error E = TC_CU(Cu, cuOccupancyMaxActiveBlocksPerMultiprocessor, &PerSM,
+                        F, int(BlockMax), 0))
       return Fail(std::move(E));
     K.Block = BlockMax;
     K.Grid = unsigned(std::max(PerSM, 1)) *
@@ -416,10 +414,10 @@ Error GpuTarget::loadModule(GpuKernel &K) {
   return Error::success();
 }
 
-Expected<const GpuKernel &> GpuTarget::load(const Archive &A,
-                                            const Member &M) {
+Expected<const LoadedIfunc &> GpuTarget::load(const Archive &A,
+                                              const Member &M) {
   if (const GpuKernel *K = find(A.Hash))
-    return *K;
+    return K->Info;
   auto Start = Clock::now();
   auto K = std::make_unique<GpuKernel>();
   K->Info.Hash = A.Hash;
@@ -427,10 +425,10 @@ Expected<const GpuKernel &> GpuTarget::load(const Archive &A,
   K->Info.Kind = ImageKind::Bitcode;
   K->Info.MemberTriple = M.Triple;
   K->Info.MemberCPU = M.CPU;
-  K->Info.Gpu = K.get();
+  K->Info.Device = K.get();
   K->Kernel = ptxKernelName(A.Name);
-  std::string Id = "ifunc '" + A.Name + "' (" + toHex(A.Hash).substr(0, 16) +
-                   ")";
+  std::string Id =
+      "ifunc '" + A.Name + "' (" + toHex(A.Hash).substr(0, 16) + ")";
 
   // The sm the PTX is for: the device's, or an "a"/"f" member's own.
   char Suffix = 0;
@@ -483,13 +481,20 @@ Expected<const GpuKernel &> GpuTarget::load(const Archive &A,
     std::lock_guard<std::mutex> C(CtxMutex);
     if (K->Generation == Generation)
       (void)D->cuModuleUnload(K->Module);
-    return *It->second;
+    return It->second->Info;
   }
   ++Counters.Loads;
   if (Cached)
     ++Counters.DiskCacheHits;
   It->second = std::move(K);
-  return *It->second;
+  return It->second->Info;
+}
+
+std::string GpuTarget::describe(const LoadedIfunc &L) const {
+  const auto &K = *static_cast<const GpuKernel *>(L.Device);
+  return formatv("on gpu {0} as {1}, {2} x {3} threads", Info.Device,
+                 K.CodeArch, K.Grid, K.Block)
+      .str();
 }
 
 void GpuTarget::unload(const ArchiveHash &H) {
@@ -638,11 +643,13 @@ std::string GpuTarget::describe(const Op &O) const {
       .str();
 }
 
-Error GpuTarget::launch(uint64_t Conn, const GpuKernel &KC, StringRef Payload,
+Error GpuTarget::launch(uint64_t Conn, const LoadedIfunc &L, StringRef Payload,
                         uint64_t Tag) {
   if (!Broken.empty())
     return createStringError(Broken);
-  GpuKernel &K = const_cast<GpuKernel &>(KC); // Its module is ours to reload.
+  // Its module is ours to reload.
+  GpuKernel &K =
+      *const_cast<GpuKernel *>(static_cast<const GpuKernel *>(L.Device));
   Expected<Stream *> SE = stream(Conn);
   if (!SE)
     return SE.takeError();
@@ -681,8 +688,8 @@ Error GpuTarget::launch(uint64_t Conn, const GpuKernel &KC, StringRef Payload,
   uint64_t N = Payload.size();
   CUdeviceptr T = Region;
   void *Params[] = {&P, &N, &T};
-  if (Error E = TC_CU(*D, cuLaunchKernel, K.Function, K.Grid, 1, 1, K.Block,
-                      1, 1, 0, S.S, Params, nullptr)) {
+  if (Error E = TC_CU(*D, cuLaunchKernel, K.Function, K.Grid, 1, 1, K.Block, 1,
+                      1, 0, S.S, Params, nullptr)) {
     if (O.Mem)
       release(O.Mem);
     if (O.Big)
@@ -874,9 +881,8 @@ bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
         }
         if (R == CUDA_ERROR_NOT_READY) {
           if (Opts.MaxRunMs && Launches &&
-              Now - S.FrontSince >
-                  std::chrono::milliseconds(uint64_t(Opts.MaxRunMs) *
-                                            Launches)) {
+              Now - S.FrontSince > std::chrono::milliseconds(
+                                       uint64_t(Opts.MaxRunMs) * Launches)) {
             recover(&S,
                     formatv("ran longer than the target's time limit ({0} "
                             "ms)",
@@ -926,9 +932,8 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
     for (const Op &O : Faulted->Ops) {
       if (O.What == GpuDone::Launch) {
         if (!GroupLaunches)
-          Culprit = describe(O) + formatv(" from connection {0}",
-                                          Faulted->Conn)
-                                      .str();
+          Culprit = describe(O) +
+                    formatv(" from connection {0}", Faulted->Conn).str();
         ++GroupLaunches;
       }
       if (O.Event)
@@ -936,8 +941,9 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
     }
   }
   std::string After =
-      Culprit.empty() ? "a failure (" + Cause + ")"
-                      : Culprit + (Overrun ? " " + Cause : " faulted: " + Cause);
+      Culprit.empty()
+          ? "a failure (" + Cause + ")"
+          : Culprit + (Overrun ? " " + Cause : " faulted: " + Cause);
   const char *Lost = "; the GPU context was made again and the region's "
                      "contents are lost";
   unsigned NFaulted = 0, NLost = 0;
@@ -952,8 +958,8 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
       R.Tag = O.Tag;
       if (O.What == GpuDone::Launch) {
         R.Ok = false;
-        std::string Who = describe(O) + formatv(" from connection {0}", S.Conn)
-                                            .str();
+        std::string Who =
+            describe(O) + formatv(" from connection {0}", S.Conn).str();
         if (Front) {
           ++NFaulted;
           std::string Which =
@@ -963,14 +969,14 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
                             GroupLaunches - 1)
                         .str()
                   : "";
-          R.Why = Overrun ? Who + Which + " " + Cause + " and was stopped" +
-                                Lost
-                          : Who + Which + " faulted on the GPU: " + Cause +
-                                Lost;
+          R.Why = Overrun
+                      ? Who + Which + " " + Cause + " and was stopped" + Lost
+                      : Who + Which + " faulted on the GPU: " + Cause + Lost;
         } else {
           ++NLost;
-          R.Why = Who + " did not run, or its effects were lost: the GPU "
-                        "context was made again after " +
+          R.Why = Who +
+                  " did not run, or its effects were lost: the GPU "
+                  "context was made again after " +
                   After;
         }
       } else if (O.What == GpuDone::Read) {

@@ -39,6 +39,7 @@
 
 #include "gpu/CudaDriver.h"
 #include "gpu/Ptx.h"
+#include "jit/Device.h"
 #include "jit/Jit.h"
 
 #include "tc/Archive.h"
@@ -58,12 +59,12 @@
 namespace tc {
 
 struct GpuOptions {
-  int Device = 0;            ///< CUDA device ordinal.
-  size_t RegionSize = 4096;  ///< Bytes of device memory for target_args.
-  std::string CacheDir;      ///< Cubins on disk; empty: memory only.
-  unsigned MaxRunMs = 0;     ///< A launch running longer faults; 0: none.
-  std::string Library;       ///< The driver; empty: $TC_CUDA_LIBRARY or
-                             ///< libcuda.so.1.
+  int Device = 0;           ///< CUDA device ordinal.
+  size_t RegionSize = 4096; ///< Bytes of device memory for target_args.
+  std::string CacheDir;     ///< Cubins on disk; empty: memory only.
+  unsigned MaxRunMs = 0;    ///< A launch running longer faults; 0: none.
+  std::string Library;      ///< The driver; empty: $TC_CUDA_LIBRARY or
+                            ///< libcuda.so.1.
   /// Pinned, device-mapped host memory payloads are copied into for the
   /// kernel to read (a ring); a larger payload goes to device memory.
   size_t StagingBytes = size_t(16) << 20;
@@ -73,28 +74,28 @@ struct GpuOptions {
 /// The device, as create() found it.
 struct GpuInfo {
   int Device = 0;
-  std::string Name;     ///< "NVIDIA H100 80GB HBM3"
-  std::string Arch;     ///< The device's sm: "sm_90".
+  std::string Name;      ///< "NVIDIA H100 80GB HBM3"
+  std::string Arch;      ///< The device's sm: "sm_90".
   int DriverVersion = 0; ///< cuDriverGetVersion: 13000 is 13.0.
   int Multiprocessors = 0;
-  size_t Memory = 0;    ///< Bytes of device memory.
-  std::string CodeArch; ///< The sm PTX is generated for (Ptx.h).
+  size_t Memory = 0;       ///< Bytes of device memory.
+  std::string CodeArch;    ///< The sm PTX is generated for (Ptx.h).
   unsigned PtxVersion = 0; ///< The PTX version written (78 is 7.8).
-  std::string Library;  ///< The driver library loaded.
+  std::string Library;     ///< The driver library loaded.
   double PrewarmMillis = 0;
 };
 
 /// One GPU member loaded on the device. Its LoadedIfunc (Info) is what the
-/// Runtime keeps for the code identity, with Info.Gpu pointing here.
+/// Runtime keeps for the code identity, with Info.Device pointing here.
 struct GpuKernel {
   LoadedIfunc Info;
-  std::string Kernel;      ///< "__tc_kernel_NAME"
-  std::string CodeArch;    ///< The sm the PTX was generated for.
-  uint32_t Threads = 1;    ///< NAME_threads (1 when absent).
-  unsigned Grid = 1, Block = 1; ///< The launch shape.
+  std::string Kernel;                   ///< "__tc_kernel_NAME"
+  std::string CodeArch;                 ///< The sm the PTX was generated for.
+  uint32_t Threads = 1;                 ///< NAME_threads (1 when absent).
+  unsigned Grid = 1, Block = 1;         ///< The launch shape.
   double PtxMillis = 0, LinkMillis = 0; ///< Lowering and the driver's link.
   size_t PtxBytes = 0;
-  std::string Cubin;       ///< Kept: the module is reloaded from it.
+  std::string Cubin; ///< Kept: the module is reloaded from it.
   // The module and function in the context of generation Generation.
   cuda::CUmodule Module = nullptr;
   cuda::CUfunction Function = nullptr;
@@ -103,33 +104,25 @@ struct GpuKernel {
 };
 
 /// What one operation on a connection's stream came to.
-struct GpuDone {
-  enum Kind : uint8_t { Launch, Fence, Read } What = Launch;
-  uint64_t Conn = 0;
-  uint64_t Tag = 0;     ///< The caller's, from launch/fence/read.
-  bool Ok = true;
-  std::string Why;      ///< When !Ok: one line naming the ifunc and cause.
-  std::string Data;     ///< Read: the bytes.
-};
+using GpuDone = DeviceDone;
 
 struct GpuCounters {
   uint64_t Launches = 0;
-  uint64_t Faults = 0;      ///< Launches that faulted or overran.
-  uint64_t Overruns = 0;    ///< Of those, overran the time limit.
-  uint64_t Lost = 0;        ///< Launches lost to another's fault.
-  uint64_t Resets = 0;      ///< Contexts made again.
+  uint64_t Faults = 0;   ///< Launches that faulted or overran.
+  uint64_t Overruns = 0; ///< Of those, overran the time limit.
+  uint64_t Lost = 0;     ///< Launches lost to another's fault.
+  uint64_t Resets = 0;   ///< Contexts made again.
   uint64_t Loads = 0, DiskCacheHits = 0;
   uint64_t LargePayloads = 0; ///< Payloads copied to device memory.
 };
 
-class GpuTarget {
+class GpuTarget final : public DeviceTarget {
 public:
   /// Loads the driver, initialises it, opens device \p O.Device's primary
   /// context and allocates the region. Fails with one line when there is
   /// no driver, no such device, or the device or LLVM cannot run PTX.
-  static llvm::Expected<std::unique_ptr<GpuTarget>>
-  create(const GpuOptions &O);
-  ~GpuTarget();
+  static llvm::Expected<std::unique_ptr<GpuTarget>> create(const GpuOptions &O);
+  ~GpuTarget() override;
   GpuTarget(const GpuTarget &) = delete;
   GpuTarget &operator=(const GpuTarget &) = delete;
 
@@ -139,43 +132,47 @@ public:
   /// The region's device address (what kernels get as target_args).
   cuda::CUdeviceptr region() const { return Region; }
   size_t regionSize() const { return Opts.RegionSize; }
-  /// The triple, sm and driver version for the Hello.
-  std::string triple() const { return NvptxTriple; }
-
-  /// The member of \p A this device runs (a bitcode nvptx64 member for
-  /// its sm), or null.
-  const Member *memberFor(const Archive &A) const;
-  /// Loads member \p M of \p A (memberFor()) unless its identity is loaded
-  /// already. Any thread. Errors name the ifunc; LoadError kinds as the
-  /// CPU JIT's (CompileFailed for lowering, link or module load).
-  llvm::Expected<const GpuKernel &> load(const Archive &A, const Member &M);
-  const GpuKernel *find(const ArchiveHash &H) const;
+  // DeviceTarget.
+  std::string triple() const override { return NvptxTriple; }
+  std::string arch() const override { return Info.Arch; }
+  uint32_t driverVersion() const override {
+    return uint32_t(Info.DriverVersion);
+  }
+  /// A bitcode nvptx64 member for the device's sm, or null.
+  const Member *memberFor(const Archive &A) const override;
+  /// Lowers, links and loads member \p M (memberFor()) unless its identity
+  /// is loaded already. Any thread. Errors name the ifunc; LoadError kinds
+  /// as the CPU JIT's (CompileFailed for lowering, link or module load).
+  llvm::Expected<const LoadedIfunc &> load(const Archive &A,
+                                           const Member &M) override;
   /// Forgets \p H: find() no longer returns it, and its module is freed
   /// once its launches in flight are done.
-  void unload(const ArchiveHash &H);
-
-  /// Launches \p K on \p Conn's stream with \p Payload (copied first) and
-  /// the region; \p Tag comes back in the GpuDone. An error here means
-  /// nothing was launched (and, if the context was lost, it was made
-  /// again: the other operations in flight are reported by poll()).
-  llvm::Error launch(uint64_t Conn, const GpuKernel &K,
-                     llvm::StringRef Payload, uint64_t Tag);
+  void unload(const ArchiveHash &H) override;
+  std::string describe(const LoadedIfunc &L) const override;
+  /// Launches \p L's kernel on \p Conn's stream with \p Payload (copied
+  /// first) and the region; \p Tag comes back in the GpuDone. An error
+  /// here means nothing was launched (and, if the context was lost, it was
+  /// made again: the other operations in flight are reported by poll()).
+  llvm::Error launch(uint64_t Conn, const LoadedIfunc &L,
+                     llvm::StringRef Payload, uint64_t Tag) override;
   /// A marker: done when every earlier operation on \p Conn is.
-  void fence(uint64_t Conn, uint64_t Tag);
+  void fence(uint64_t Conn, uint64_t Tag) override;
   /// Reads the first min(\p Length, region size) bytes of the region
   /// after every earlier operation on \p Conn.
-  void read(uint64_t Conn, uint64_t Length, uint64_t Tag);
-  /// Operations in flight, on \p Conn or on any connection.
-  bool busy(uint64_t Conn) const;
-  bool busy() const { return InFlight != 0 || !Ready.empty(); }
+  void read(uint64_t Conn, uint64_t Length, uint64_t Tag) override;
+  bool busy() const override { return InFlight != 0 || !Ready.empty(); }
   /// Closes \p Conn's stream (its operations still complete).
-  void closeConnection(uint64_t Conn);
-
+  void closeConnection(uint64_t Conn) override;
   /// Records an event for each stream's launches since the last call,
   /// checks what finished and the time limit, and reports each finished
   /// operation to \p Done (in order per connection; faults first make the
   /// context again). Returns whether anything was reported.
-  bool poll(llvm::function_ref<void(GpuDone &)> Done);
+  bool poll(llvm::function_ref<void(GpuDone &)> Done) override;
+
+  /// The kernel loaded for \p H, or null.
+  const GpuKernel *find(const ArchiveHash &H) const;
+  /// Operations in flight or not reported on \p Conn.
+  bool busy(uint64_t Conn) const;
 
   /// Copies the region out now, after every connection's work (for tools
   /// and tests; connections use read()).
@@ -194,8 +191,8 @@ private:
   struct Stream;
   struct Alloc;
 
-  llvm::Error openContext();   ///< Retain, make current, region, staging.
-  void closeContext();         ///< Frees what openContext made.
+  llvm::Error openContext(); ///< Retain, make current, region, staging.
+  void closeContext();       ///< Frees what openContext made.
   /// After a lost context: reports the operations in flight (the first
   /// group of \p Faulted's stream as faulted, the rest as lost), resets the
   /// primary context and opens it again.
@@ -249,7 +246,7 @@ private:
   unsigned Closing = 0; ///< Streams closed with work still in flight.
   /// Unloaded kernels whose launches are still in flight.
   std::vector<std::unique_ptr<GpuKernel>> Doomed;
-  unsigned InFlight = 0; ///< Operations not reported yet.
+  unsigned InFlight = 0;      ///< Operations not reported yet.
   std::vector<GpuDone> Ready; ///< Reported at the next poll().
   /// Set when the context could not be made again: every operation fails
   /// with it.

@@ -103,9 +103,8 @@ unsigned versionInPtx(StringRef Ptx) {
   size_t At = Ptx.find(".version ");
   if (At == StringRef::npos)
     return 0;
-  StringRef V = Ptx.substr(At + 9).take_until([](char C) {
-    return C == '\n' || C == '\r';
-  });
+  StringRef V = Ptx.substr(At + 9).take_until(
+      [](char C) { return C == '\n' || C == '\r'; });
   auto [Major, Minor] = V.trim().split('.');
   unsigned A, B;
   if (Major.getAsInteger(10, A) || Minor.getAsInteger(10, B))
@@ -118,9 +117,9 @@ unsigned versionInPtx(StringRef Ptx) {
 struct PtxCompiler::Impl {
   const Target *T = nullptr;
   std::string DeviceArch; ///< The sm plain members are lowered for.
-  unsigned Cap = 0;     ///< The driver's PTX version (0: LLVM's defaults).
-  unsigned Version = 0; ///< What the device's pipeline writes.
-  std::vector<unsigned> KnownPtx; ///< LLVM's ptxNN features, ascending.
+  unsigned Cap = 0;       ///< The driver's PTX version (0: LLVM's defaults).
+  unsigned Version = 0;   ///< What the device's pipeline writes.
+  std::vector<unsigned> KnownPtx;   ///< LLVM's ptxNN features, ascending.
   std::vector<std::string> KnownSm; ///< LLVM's sm_ processors.
 
   std::mutex Mu; ///< Serialises compiles: everything below.
@@ -310,8 +309,9 @@ static Expected<std::optional<uint32_t>> checkEntry(const Module &M,
                          ? dyn_cast<ConstantInt>(G->getInitializer())
                          : nullptr;
     if (!G->isConstant() || !CI || CI->getBitWidth() != 32)
-      return Fail("has " + Name + "_threads but not as a const uint32_t "
-                                  "with a value");
+      return Fail("has " + Name +
+                  "_threads but not as a const uint32_t "
+                  "with a value");
     Threads = uint32_t(CI->getZExtValue());
     if (*Threads == 0)
       return Fail("asks for 0 threads (" + Name + "_threads)");
@@ -343,10 +343,9 @@ Expected<PtxModule> PtxCompiler::compile(StringRef Bitcode, StringRef Name,
   Expected<std::unique_ptr<Module>> M =
       parseBitcodeFile(MemoryBufferRef(Bitcode, Name), Ctx);
   if (!M)
-    return createStringError(
-        formatv("ifunc '{0}': bad nvptx64 bitcode: {1}", Name,
-                toString(M.takeError()))
-            .str());
+    return createStringError(formatv("ifunc '{0}': bad nvptx64 bitcode: {1}",
+                                     Name, toString(M.takeError()))
+                                 .str());
   Expected<std::optional<uint32_t>> Threads = checkEntry(**M, Name);
   if (!Threads)
     return Threads.takeError();

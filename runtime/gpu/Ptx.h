@@ -52,10 +52,10 @@ std::optional<unsigned> parseSmArch(llvm::StringRef Arch,
 
 /// What lowering one member produced.
 struct PtxModule {
-  std::string Ptx;      ///< The text, NUL-free, without a trailing NUL.
-  std::string Kernel;   ///< "__tc_kernel_NAME".
-  std::string Arch;     ///< The sm the PTX is for ("sm_90").
-  unsigned PtxVersion;  ///< As in .version: 78 is 7.8.
+  std::string Ptx;     ///< The text, NUL-free, without a trailing NUL.
+  std::string Kernel;  ///< "__tc_kernel_NAME".
+  std::string Arch;    ///< The sm the PTX is for ("sm_90").
+  unsigned PtxVersion; ///< As in .version: 78 is 7.8.
   /// NAME_threads, when the member defines it.
   std::optional<uint32_t> Threads;
 };
@@ -67,9 +67,9 @@ public:
   /// version \p PtxVersion, the newest the driver reads (capped at the
   /// newest LLVM writes; 0: LLVM's default for the architecture, the
   /// oldest that has it). Fails when LLVM lacks the NVPTX target, or the
-  /// driver's PTX version is older than the architecture needs. An architecture newer
-  /// than LLVM knows is lowered as the newest plain sm LLVM knows below it
-  /// (the driver compiles PTX for an older sm for a newer device).
+  /// driver's PTX version is older than the architecture needs. An architecture
+  /// newer than LLVM knows is lowered as the newest plain sm LLVM knows below
+  /// it (the driver compiles PTX for an older sm for a newer device).
   static llvm::Expected<std::unique_ptr<PtxCompiler>>
   create(llvm::StringRef DeviceArch, unsigned PtxVersion = 0);
   ~PtxCompiler();

@@ -96,8 +96,6 @@ callJitted(Ret (*Fn)(Params...), Args &&...A) {
   return Fn(std::forward<Args>(A)...);
 }
 
-struct GpuKernel; // gpu/GpuTarget.h
-
 /// One loaded code identity.
 struct LoadedIfunc {
   ArchiveHash Hash{};
@@ -110,9 +108,10 @@ struct LoadedIfunc {
   double LoadMillis = 0;   ///< Parse + compile/link + lookup, wall clock.
   bool FromDiskCache = false; ///< The object came from JitOptions::CacheDir.
   bool Sandboxed = false;     ///< Instrumented: run it with runSandboxed().
-  /// Set for a GPU member loaded by a GpuTarget (gpu/GpuTarget.h), which
-  /// owns this LoadedIfunc: launch it there; Main is null.
-  const GpuKernel *Gpu = nullptr;
+  /// Set for code a DeviceTarget loaded (jit/Device.h), which owns this
+  /// LoadedIfunc and knows what this points to: launch it there; Main is
+  /// null.
+  const void *Device = nullptr;
 };
 
 /// What a JitEngine may load and run.

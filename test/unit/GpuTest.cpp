@@ -1,4 +1,5 @@
-//===- GpuTest.cpp - GPU targets without a GPU: driver loading, PTX --------===//
+//===- GpuTest.cpp - GPU targets without a GPU: driver loading, PTX
+//--------===//
 //
 // What of runtime/gpu runs on a machine without a GPU: loading the driver
 // (a missing library, one without the entry points, a stand-in that
@@ -127,16 +128,15 @@ TEST(Ptx, AMemberBecomesAnEntryWithThreeParametersForTheDevice) {
   size_t Entry = T.find(".entry __tc_kernel_tsi(");
   ASSERT_NE(Entry, std::string::npos) << T;
   // Two pointers (64-bit, generic) and the size.
-  EXPECT_NE(T.find(".param .u64 .ptr .align 1 __tc_kernel_tsi_param_0,",
-                   Entry),
+  EXPECT_NE(T.find(".param .u64 .ptr .align 1 __tc_kernel_tsi_param_0,", Entry),
             std::string::npos)
       << T;
   EXPECT_NE(T.find(".param .u64 __tc_kernel_tsi_param_1,", Entry),
             std::string::npos)
       << T;
-  EXPECT_NE(T.find(".param .u64 .ptr .align 1 __tc_kernel_tsi_param_2\n",
-                   Entry),
-            std::string::npos)
+  EXPECT_NE(
+      T.find(".param .u64 .ptr .align 1 __tc_kernel_tsi_param_2\n", Entry),
+      std::string::npos)
       << T;
   EXPECT_NE(T.find("atom"), std::string::npos) << T;
 }
@@ -197,12 +197,12 @@ TEST(Ptx, ArchitectureSpecificMembersAreLoweredForTheirOwnSm) {
 TEST(Ptx, ThreadsAreReadFromTheMember) {
   auto C = compiler("sm_80");
   ASSERT_TRUE(C);
-  llvm::Expected<PtxModule> Fixed = C->compile(
-      member("s", "@s_threads = constant i32 1000\n"), "s");
+  llvm::Expected<PtxModule> Fixed =
+      C->compile(member("s", "@s_threads = constant i32 1000\n"), "s");
   ASSERT_TRUE(!!Fixed) << err(Fixed.takeError());
   EXPECT_EQ(Fixed->Threads, std::optional<uint32_t>(1000));
-  llvm::Expected<PtxModule> Fill = C->compile(
-      member("s", "@s_threads = constant i32 -1\n"), "s");
+  llvm::Expected<PtxModule> Fill =
+      C->compile(member("s", "@s_threads = constant i32 -1\n"), "s");
   ASSERT_TRUE(!!Fill) << err(Fill.takeError());
   EXPECT_EQ(Fill->Threads, std::optional<uint32_t>(FillDeviceThreads));
 }
