@@ -47,7 +47,8 @@ for `tc-send --local increment`: the active-message baseline.
 
 Protected mode: on an address that is not loopback (127.0.0.0/8, ::1, a
 name that resolves only to those), tc-serve starts only with --trust,
---allow or --exec sandbox, or with --allow-untrusted-native.
+--allow or --exec sandbox (not with --gpu: GPU code is not sandboxed), or
+with --allow-untrusted-native.
 
 OPTIONS:
   --listen HOST:PORT   Address to accept connections on (port 0: any)
@@ -498,18 +499,23 @@ int main(int argc, char **argv) {
   // Protected mode: a listener beyond loopback runs code from anyone who
   // reaches it, so it needs a policy on what runs or an explicit opt-in.
   // --pmix alone opens no listener: its peers are the ranks of its job.
+  // The sandbox confines CPU code only: GPU code reaches all device memory
+  // and what the driver maps for the device, so --exec sandbox is no
+  // policy for a GPU target.
   if (!Listen.empty() && !Untrusted && Opts.TrustedKeys.empty() &&
-      Opts.AllowedHashes.empty() && Opts.Mode != LoadMode::Sandbox) {
+      Opts.AllowedHashes.empty() && (Opts.Mode != LoadMode::Sandbox || Gpu)) {
     Expected<bool> Loopback = listensOnLoopbackOnly(HP->first, HP->second);
     if (!Loopback)
       return toolError(Tool, toString(Loopback.takeError()));
     if (!*Loopback)
       return toolError(
           Tool, "refusing to run native code from anyone who can reach " +
-                    Listen +
-                    " (not a loopback address): give --trust KEY.pub, "
-                    "--allow HASHFILE or --exec sandbox, or "
-                    "--allow-untrusted-native to run it anyway");
+                    Listen + " (not a loopback address): give --trust "
+                    "KEY.pub, --allow HASHFILE or " +
+                    (Gpu ? "" : "--exec sandbox, or ") +
+                    (Gpu ? "--allow-untrusted-native to run it anyway (GPU "
+                           "code is not sandboxed)"
+                         : "--allow-untrusted-native to run it anyway"));
   }
 
   // The region: zeroed, aligned for any type an ifunc may keep there.
