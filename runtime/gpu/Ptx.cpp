@@ -14,6 +14,7 @@
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/Passes/PassBuilder.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/SourceMgr.h"
@@ -186,8 +187,9 @@ struct PtxCompiler::Impl {
     return *Ctx;
   }
 
-  /// Retargets \p M to \p P's machine and lowers it.
-  std::string lower(Module &M, Pipeline &P) {
+  /// Retargets \p M to \p P's machine and lowers it; with \p Optimize,
+  /// runs LLVM's -O2 module pipeline for that machine first.
+  std::string lower(Module &M, Pipeline &P, bool Optimize = false) {
     M.setTargetTriple(Triple(NvptxTriple));
     M.setDataLayout(P.TM->createDataLayout());
     for (Function &F : M) {
@@ -195,7 +197,31 @@ struct PtxCompiler::Impl {
       F.removeFnAttr("target-features");
       F.removeFnAttr("tune-cpu");
     }
+    if (Optimize)
+      optimize(M, *P.TM);
     return P.run(M);
+  }
+
+  /// tc-cc optimized each function of the member but left NAME_main a
+  /// function of its own, internal (docs/ifunc-abi.md, "GPU members"): the
+  /// target inlines it into the kernel, where NVPTX's lowering knows the
+  /// kernel's pointers are global memory (ld.global, not generic loads),
+  /// and simplifies what that exposes. The -O2 pipeline, with the NVPTX
+  /// machine's own passes (as clang runs it for nvptx64).
+  static void optimize(Module &M, TargetMachine &TM) {
+    LoopAnalysisManager LAM;
+    FunctionAnalysisManager FAM;
+    CGSCCAnalysisManager CGAM;
+    ModuleAnalysisManager MAM;
+    PassBuilder PB(&TM);
+    PB.registerModuleAnalyses(MAM);
+    PB.registerCGSCCAnalyses(CGAM);
+    PB.registerFunctionAnalyses(FAM);
+    PB.registerLoopAnalyses(LAM);
+    PB.crossRegisterProxies(LAM, FAM, CGAM, MAM);
+    ModulePassManager MPM =
+        PB.buildPerModuleDefaultPipeline(OptimizationLevel::O2);
+    MPM.run(M, MAM);
   }
 };
 
@@ -353,7 +379,7 @@ Expected<PtxModule> PtxCompiler::compile(StringRef Bitcode, StringRef Name,
   Out.Kernel = ptxKernelName(Name);
   Out.Arch = Arch;
   Out.Threads = *Threads;
-  Out.Ptx = I->lower(**M, *P);
+  Out.Ptx = I->lower(**M, *P, /*Optimize=*/true);
   Out.PtxVersion = versionInPtx(Out.Ptx);
   M->reset(); // In the shared context, under the lock.
   if (Out.Ptx.find(".entry " + Out.Kernel) == std::string::npos)
