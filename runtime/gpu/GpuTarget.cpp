@@ -261,10 +261,15 @@ const Member *GpuTarget::memberFor(const Archive &A) const {
   return *M;
 }
 
-const GpuKernel *GpuTarget::find(const ArchiveHash &H) const {
+const GpuKernel *GpuTarget::kernel(const ArchiveHash &H) const {
   std::lock_guard<std::mutex> L(KernelsMutex);
   auto It = Kernels.find(H);
   return It == Kernels.end() ? nullptr : It->second.get();
+}
+
+const LoadedIfunc *GpuTarget::find(const ArchiveHash &H) const {
+  const GpuKernel *K = kernel(H);
+  return K ? &K->Info : nullptr;
 }
 
 std::string GpuTarget::cacheKey(const Archive &A, const Member &M,
@@ -416,7 +421,7 @@ Error GpuTarget::loadModule(GpuKernel &K) {
 
 Expected<const LoadedIfunc &> GpuTarget::load(const Archive &A,
                                               const Member &M) {
-  if (const GpuKernel *K = find(A.Hash))
+  if (const GpuKernel *K = kernel(A.Hash))
     return K->Info;
   auto Start = Clock::now();
   auto K = std::make_unique<GpuKernel>();

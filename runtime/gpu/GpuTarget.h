@@ -169,8 +169,9 @@ public:
   /// context again). Returns whether anything was reported.
   bool poll(llvm::function_ref<void(GpuDone &)> Done) override;
 
+  const LoadedIfunc *find(const ArchiveHash &H) const override;
   /// The kernel loaded for \p H, or null.
-  const GpuKernel *find(const ArchiveHash &H) const;
+  const GpuKernel *kernel(const ArchiveHash &H) const;
   /// Operations in flight or not reported on \p Conn.
   bool busy(uint64_t Conn) const;
 

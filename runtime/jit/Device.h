@@ -54,6 +54,8 @@ public:
   /// LoadErrors.
   virtual llvm::Expected<const LoadedIfunc &> load(const Archive &A,
                                                    const Member &M) = 0;
+  /// The code loaded for \p H, or null. Any thread.
+  virtual const LoadedIfunc *find(const ArchiveHash &H) const = 0;
   /// Forgets \p H (its code goes once its launches are done).
   virtual void unload(const ArchiveHash &H) = 0;
   /// One line about \p L for `tc-serve -v` ("on gpu 0 as sm_90, 1056 x

@@ -533,7 +533,7 @@ int main(int argc, char **argv) {
 
   // A GPU target: the device, its context and its region first, so that a
   // machine without one fails before anything listens.
-  std::unique_ptr<GpuTarget> G;
+  std::shared_ptr<GpuTarget> G;
   if (Gpu) {
     GpuOptions GO;
     GO.Device = *Gpu;
@@ -545,6 +545,7 @@ int main(int argc, char **argv) {
     if (!GT)
       return toolError(Tool, toString(GT.takeError()));
     G = std::move(*GT);
+    Opts.Device = G;
   }
 
   auto T = createUcxTransport();
@@ -565,6 +566,13 @@ int main(int argc, char **argv) {
     });
     outs() << "tc-serve: running " << R.jit().triple() << " code for cpu "
            << R.jit().cpu() << "\n";
+    if (G) {
+      outs() << "tc-serve: " << describeGpu(G->info()) << "\n";
+      G->onEvent([](StringRef E) {
+        outs() << "tc-serve: " << E << "\n";
+        outs().flush();
+      });
+    }
     if (std::optional<double> Ms = R.jit().prewarmMillis())
       outs() << formatv("tc-serve: prewarmed the JIT ({0:f2} ms)\n", *Ms);
   }
