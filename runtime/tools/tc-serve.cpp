@@ -656,6 +656,15 @@ int main(int argc, char **argv) {
     return toolError(Tool, Failed);
   outs().flush();
   printCounters(R.counters());
+  if (G) {
+    const GpuCounters &C = G->counters();
+    outs() << formatv("tc-serve: gpu: launches {0}, faults {1} (over the "
+                      "time limit {2}), lost {3}, context resets {4}, loads "
+                      "{5} ({6} from the disk cache), large payloads {7}\n",
+                      C.Launches, C.Faults, C.Overruns, C.Lost, C.Resets,
+                      C.Loads, C.DiskCacheHits, C.LargePayloads);
+    outs().flush();
+  }
   SignalTarget = nullptr;
   CounterSource = nullptr;
   return 0;
