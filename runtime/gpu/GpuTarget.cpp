@@ -716,7 +716,7 @@ Error GpuTarget::failLaunch(Error E) {
     return E;
   // A fault of earlier work, found by this call: the context is gone.
   std::string Cause = toString(std::move(E));
-  recover(nullptr, Cause, false);
+  recover(nullptr, Cause);
   return createStringError("not launched: the GPU context had failed (" +
                            Cause + ") and was made again");
 }
@@ -735,7 +735,7 @@ void GpuTarget::pushMarker(Stream &S, Op O) {
   }
   if (E)
     giveEvent(*E);
-  recover(&S, toString(std::move(Err)), false);
+  recover(nullptr, toString(std::move(Err)));
 }
 
 void GpuTarget::fence(uint64_t Conn, uint64_t Tag) {
@@ -774,7 +774,7 @@ void GpuTarget::read(uint64_t Conn, uint64_t Length, uint64_t Tag) {
   else
     A = SE.takeError();
   if (!A) {
-    recover(nullptr, toString(A.takeError()), false);
+    recover(nullptr, toString(A.takeError()));
     R.Data.assign(Length, '\0'); // The region is new and zeroed.
     Ready.push_back(std::move(R));
     return;
@@ -799,7 +799,7 @@ void GpuTarget::read(uint64_t Conn, uint64_t Length, uint64_t Tag) {
   if (E) {
     if (O.Mem)
       release(O.Mem);
-    recover(&S, toString(std::move(E)), false);
+    recover(nullptr, toString(std::move(E)));
     R.Data.assign(Length, '\0');
     Ready.push_back(std::move(R));
     return;
@@ -863,7 +863,7 @@ bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
         if (Err) {
           if (E)
             giveEvent(*E);
-          recover(&S, toString(std::move(Err)), false);
+          recover(nullptr, toString(std::move(Err)));
           Recovered = true;
           break;
         }
@@ -892,13 +892,12 @@ bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
                     formatv("ran longer than the target's time limit ({0} "
                             "ms)",
                             Opts.MaxRunMs)
-                        .str(),
-                    /*Overrun=*/true);
+                        .str());
             Recovered = true;
           }
           break;
         }
-        recover(&S, toString(D->check(R, "cuEventQuery")), false);
+        recover(nullptr, toString(D->check(R, "cuEventQuery")));
         Recovered = true;
         break;
       }
@@ -926,37 +925,45 @@ bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
 // Faults
 //===----------------------------------------------------------------------===//
 
-void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
-                        bool Overrun) {
-  // Who is to blame: the first group of the stream whose event failed (or
-  // overran). Found by a launch or a call outside any stream's work, the
-  // fault is one of the operations in flight, unknown which.
+void GpuTarget::recover(Stream *Overran, const std::string &Cause) {
+  // Whom to blame. A fault is found by the first driver call after it,
+  // whichever stream that call is about, and then every call fails: the
+  // launch that faulted is one of those in flight, and when only one is,
+  // it is known. A launch that overran is in the front group of Overran,
+  // which the time limit measured.
+  auto Suspect = [&](const Stream &S, size_t Index) {
+    if (S.Ops[Index].What != GpuDone::Launch)
+      return false;
+    if (!Overran)
+      return true;
+    if (&S != Overran)
+      return false;
+    for (size_t I = 0; I < Index; ++I)
+      if (S.Ops[I].Event)
+        return false; // Past the front group.
+    return true;
+  };
+  unsigned Suspects = 0;
   std::string Culprit;
-  unsigned GroupLaunches = 0;
-  if (Faulted) {
-    for (const Op &O : Faulted->Ops) {
-      if (O.What == GpuDone::Launch) {
-        if (!GroupLaunches)
-          Culprit = describe(O) +
-                    formatv(" from connection {0}", Faulted->Conn).str();
-        ++GroupLaunches;
+  for (auto &KV : Streams)
+    for (size_t I = 0; I < KV.second->Ops.size(); ++I)
+      if (Suspect(*KV.second, I)) {
+        if (!Suspects++)
+          Culprit = describe(KV.second->Ops[I]) +
+                    formatv(" from connection {0}", KV.second->Conn).str();
       }
-      if (O.Event)
-        break;
-    }
-  }
-  std::string After =
-      Culprit.empty()
-          ? "a failure (" + Cause + ")"
-          : Culprit + (Overrun ? " " + Cause : " faulted: " + Cause);
+  if (Suspects > 1)
+    Culprit = formatv("one of {0} launches ({1}, ...)", Suspects, Culprit);
+  std::string After = !Suspects ? "a failure (" + Cause + ")"
+                      : Overran ? Culprit + " " + Cause
+                                : Culprit + " faulted: " + Cause;
   const char *Lost = "; the GPU context was made again and the region's "
                      "contents are lost";
   unsigned NFaulted = 0, NLost = 0;
   for (auto &KV : Streams) {
     Stream &S = *KV.second;
-    bool Front = &S == Faulted;
-    while (!S.Ops.empty()) {
-      Op &O = S.Ops.front();
+    for (size_t I = 0; I < S.Ops.size(); ++I) {
+      Op &O = S.Ops[I];
       GpuDone R;
       R.What = O.What;
       R.Conn = S.Conn;
@@ -965,34 +972,40 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
         R.Ok = false;
         std::string Who =
             describe(O) + formatv(" from connection {0}", S.Conn).str();
-        if (Front) {
-          ++NFaulted;
-          std::string Which =
-              GroupLaunches > 1
-                  ? formatv(" (this message or one of the {0} launched with "
-                            "it)",
-                            GroupLaunches - 1)
-                        .str()
-                  : "";
-          R.Why = Overrun
-                      ? Who + Which + " " + Cause + " and was stopped" + Lost
-                      : Who + Which + " faulted on the GPU: " + Cause + Lost;
-        } else {
+        if (!Suspect(S, I)) {
           ++NLost;
           R.Why = Who +
                   " did not run, or its effects were lost: the GPU "
                   "context was made again after " +
                   After;
+        } else if (Overran) {
+          ++NFaulted;
+          std::string Which =
+              Suspects > 1
+                  ? formatv(" (this message or one of the {0} launched with "
+                            "it)",
+                            Suspects - 1)
+                        .str()
+                  : "";
+          R.Why = Who + Which + " " + Cause + " and was stopped" + Lost;
+        } else {
+          ++NFaulted;
+          std::string Which =
+              Suspects > 1
+                  ? formatv(", or one of the {0} other launches in flight "
+                            "with it did",
+                            Suspects - 1)
+                        .str()
+                  : "";
+          R.Why = Who + " faulted on the GPU" + Which + ": " + Cause + Lost;
         }
       } else if (O.What == GpuDone::Read) {
         R.Data.assign(O.Length, '\0'); // The new region: zeroed.
       }
-      if (O.Event)
-        Front = false; // The faulted group ends here.
       Ready.push_back(std::move(R));
       --InFlight;
-      S.Ops.pop_front();
     }
+    S.Ops.clear();
   }
   {
     std::lock_guard<std::mutex> L(KernelsMutex);
@@ -1002,7 +1015,7 @@ void GpuTarget::recover(Stream *Faulted, const std::string &Cause,
   Doomed.clear(); // Their modules go with the context.
   Counters.Faults += NFaulted;
   Counters.Lost += NLost;
-  if (Overrun)
+  if (Overran)
     Counters.Overruns += NFaulted;
   ++Counters.Resets;
 

@@ -194,10 +194,12 @@ private:
 
   llvm::Error openContext(); ///< Retain, make current, region, staging.
   void closeContext();       ///< Frees what openContext made.
-  /// After a lost context: reports the operations in flight (the first
-  /// group of \p Faulted's stream as faulted, the rest as lost), resets the
-  /// primary context and opens it again.
-  void recover(Stream *Faulted, const std::string &Cause, bool Overrun);
+  /// After a lost context: reports every operation in flight (launches
+  /// as failed: those that may have faulted, or with \p Overran those of
+  /// its front group, blamed with \p Cause; the others as lost; fences as
+  /// done; reads with the new region's zeros), resets the primary context
+  /// and opens it again.
+  void recover(Stream *Overran, const std::string &Cause);
   llvm::Expected<Stream *> stream(uint64_t Conn);
   llvm::Expected<cuda::CUevent> takeEvent();
   void giveEvent(cuda::CUevent E);
