@@ -157,13 +157,9 @@ enum : unsigned {
   X(cuLinkComplete, "cuLinkComplete", (CUlinkState, void **, size_t *))        \
   X(cuLinkDestroy, "cuLinkDestroy", (CUlinkState))                             \
   X(cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))          \
-  X(cuModuleLoadDataEx, "cuModuleLoadDataEx",                                  \
-    (CUmodule *, const void *, unsigned, CUjit_option *, void **))             \
   X(cuModuleUnload, "cuModuleUnload", (CUmodule))                              \
   X(cuModuleGetFunction, "cuModuleGetFunction",                                \
     (CUfunction *, CUmodule, const char *))                                    \
-  X(cuModuleGetGlobal, "cuModuleGetGlobal_v2",                                 \
-    (CUdeviceptr *, size_t *, CUmodule, const char *))                         \
   X(cuLaunchKernel, "cuLaunchKernel",                                          \
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,   \
      unsigned, CUstream, void **, void **))                                    \
@@ -173,7 +169,6 @@ enum : unsigned {
   X(cuEventCreate, "cuEventCreate", (CUevent *, unsigned))                     \
   X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                       \
   X(cuEventQuery, "cuEventQuery", (CUevent))                                   \
-  X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                       \
   X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                            \
   X(cuFuncGetAttribute, "cuFuncGetAttribute", (int *, int, CUfunction))
 

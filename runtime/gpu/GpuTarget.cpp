@@ -1039,36 +1039,4 @@ void GpuTarget::recover(Stream *Overran, const std::string &Cause) {
                 After, NFaulted, NLost));
 }
 
-//===----------------------------------------------------------------------===//
-// Direct region access
-//===----------------------------------------------------------------------===//
-
-Expected<std::string> GpuTarget::readRegionNow(uint64_t Length) {
-  if (!Broken.empty())
-    return createStringError(Broken);
-  Length = std::min<uint64_t>(Length, Opts.RegionSize);
-  std::string Out(Length, '\0');
-  Error E = TC_CU(*D, cuCtxSynchronize);
-  if (!E && Length)
-    E = TC_CU(*D, cuMemcpyDtoH, Out.data(), Region, Length);
-  if (E)
-    return E;
-  return Out;
-}
-
-Error GpuTarget::writeRegionNow(StringRef Bytes, uint64_t Offset) {
-  if (!Broken.empty())
-    return createStringError(Broken);
-  if (Offset > Opts.RegionSize || Bytes.size() > Opts.RegionSize - Offset)
-    return createStringError(formatv("{0} bytes at {1} do not fit the "
-                                     "region of {2}",
-                                     Bytes.size(), Offset, Opts.RegionSize)
-                                 .str());
-  if (Error E = TC_CU(*D, cuCtxSynchronize))
-    return E;
-  if (Bytes.empty())
-    return Error::success();
-  return TC_CU(*D, cuMemcpyHtoD, Region + Offset, Bytes.data(), Bytes.size());
-}
-
 } // namespace tc

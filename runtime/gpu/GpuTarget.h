@@ -175,12 +175,6 @@ public:
   /// Operations in flight or not reported on \p Conn.
   bool busy(uint64_t Conn) const;
 
-  /// Copies the region out now, after every connection's work (for tools
-  /// and tests; connections use read()).
-  llvm::Expected<std::string> readRegionNow(uint64_t Length);
-  /// Overwrites the region's first bytes (tools and benchmarks).
-  llvm::Error writeRegionNow(llvm::StringRef Bytes, uint64_t Offset = 0);
-
   /// A description of each event worth a line (context recreated, ...).
   void onEvent(std::function<void(llvm::StringRef)> CB) {
     EventCB = std::move(CB);
