@@ -630,6 +630,11 @@ SCENARIOS:
           UCX GET per hop, tc-gbpc); rate over depth and server count
   sss     server-side sum over payload sizes: injected vs local
   iput    indirect put over payload sizes: injected vs local
+  tsi --gpu[=N], sss --gpu[=N]
+          a GPU target (tc-serve --gpu N) against the CUDA driver doing
+          the same work: gtsi latency and rate next to cuda_raw (UCX AM +
+          cuLaunchKernel), first contact (cold, driver JIT, disk cache);
+          gsss over 1 GiB of device memory next to cuMemcpyDtoD
   serve   a benchmark server (tc-bench starts these itself)
 
 COMMON OPTIONS:
@@ -721,7 +726,9 @@ int main(int Argc, char **Argv) {
     die("no tsi.tcfb in the ifunc path '" + O.IfuncPath +
         "' (build the examples, or pass --ifunc-path)");
   int RC;
-  if (Scenario == "tsi")
+  if ((Scenario == "tsi" || Scenario == "sss") && wantsGpu(Rest))
+    RC = runGpu(Scenario, O, Rest);
+  else if (Scenario == "tsi")
     RC = runTsi(O, Rest);
   else if (Scenario == "dapc")
     RC = runDapc(O, Rest);

@@ -248,6 +248,10 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args);
 int runDapc(const CommonOptions &O, const std::vector<std::string> &Args);
 int runSweep(const std::string &Which, const CommonOptions &O,
              const std::vector<std::string> &Args);
+/// tsi --gpu and sss --gpu (Gpu.cpp): GPU targets against the CUDA driver.
+bool wantsGpu(const std::vector<std::string> &Args);
+int runGpu(const std::string &Scenario, const CommonOptions &O,
+           const std::vector<std::string> &Args);
 
 /// Median of \p V (sorted in place).
 double median(std::vector<double> &V);

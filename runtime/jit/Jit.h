@@ -108,6 +108,10 @@ struct LoadedIfunc {
   double LoadMillis = 0;   ///< Parse + compile/link + lookup, wall clock.
   bool FromDiskCache = false; ///< The object came from JitOptions::CacheDir.
   bool Sandboxed = false;     ///< Instrumented: run it with runSandboxed().
+  /// Set for code a DeviceTarget loaded (jit/Device.h), which owns this
+  /// LoadedIfunc and knows what this points to: launch it there; Main is
+  /// null.
+  const void *Device = nullptr;
 };
 
 /// What a JitEngine may load and run.

@@ -43,6 +43,8 @@ StringRef wireStatusName(WireStatus S) {
     return "unknown local function";
   case WireStatus::SandboxTrap:
     return "sandbox trap";
+  case WireStatus::DeviceFault:
+    return "device fault";
   }
   return "unknown status";
 }
@@ -204,7 +206,7 @@ Expected<Frame> decodeFrame(StringRef H, StringRef Body) {
     break;
   case FrameType::Error:
     if (Word < uint32_t(WireStatus::MalformedFrame) ||
-        Word > uint32_t(WireStatus::SandboxTrap))
+        Word > uint32_t(WireStatus::DeviceFault))
       return malformed(formatv("unknown error status {0}", Word));
     F.Status = WireStatus(Word);
     if (First > MaxErrorMessage)
@@ -280,6 +282,7 @@ enum CapKey : uint8_t {
   CapKinds = 7,        ///< 1 byte: bit 0 runs bitcode, bit 1 runs objects
   CapDictionaries = 8, ///< text: dictionary ids joined by '\n'
   CapArchive = 9,      ///< 2 bytes: lowest, highest archive format read
+  CapGpu = 10,         ///< u32 driver version, u8 T, triple (T), arch
 };
 constexpr uint8_t CapRecordVersion = 1;
 } // namespace
@@ -313,6 +316,14 @@ std::string encodeCapabilities(const Capabilities &C) {
   }
   char Archive[2] = {char(C.ArchiveMin), char(C.ArchiveMax)};
   putRecord(Out, CapArchive, StringRef(Archive, 2));
+  if (C.Gpu) {
+    std::string V(5, '\0');
+    endian::write32le(V.data(), C.Gpu->DriverVersion);
+    V[4] = char(uint8_t(C.Gpu->Triple.size()));
+    V += C.Gpu->Triple;
+    V += C.Gpu->Arch;
+    putRecord(Out, CapGpu, V);
+  }
   return Out;
 }
 
@@ -377,6 +388,27 @@ Expected<Capabilities> decodeCapabilities(StringRef B) {
       C.ArchiveMin = uint8_t(V[0]);
       C.ArchiveMax = uint8_t(V[1]);
       break;
+    case CapGpu: {
+      // Driver version, triple length, triple, architecture: each field
+      // present, text printable, the version not 0.
+      if (Len < 5)
+        return badHello("gpu record is shorter than 5 bytes");
+      GpuCapability G;
+      G.DriverVersion = endian::read32le(V.data());
+      size_t T = uint8_t(V[4]);
+      if (G.DriverVersion == 0)
+        return badHello("gpu record with driver version 0");
+      if (T == 0 || T + 5 >= Len)
+        return badHello("gpu record's triple and architecture are not both "
+                        "there");
+      StringRef Triple = V.substr(5, T), Arch = V.substr(5 + T);
+      if (!isPlainText(Triple) || !isPlainText(Arch))
+        return badHello("gpu record is not printable text");
+      G.Triple = Triple.str();
+      G.Arch = Arch.str();
+      C.Gpu = std::move(G);
+      break;
+    }
     case CapDictionaries: {
       if (!isPlainText(V, /*AllowNewline=*/true) || V.empty())
         return badHello("dictionary list is not printable text");
@@ -427,7 +459,28 @@ std::string describeCapabilities(const Capabilities &C) {
     S += ", objects only";
   if (!C.RunsObjects)
     S += ", bitcode only";
+  if (C.Gpu)
+    S += formatv(", gpu {0} {1}, driver {2}.{3}", C.Gpu->Triple, C.Gpu->Arch,
+                 C.Gpu->DriverVersion / 1000, (C.Gpu->DriverVersion % 1000) / 10)
+             .str();
   return S + ")";
+}
+
+Expected<const Member *> selectMemberFor(const Archive &A,
+                                         const Capabilities &C) {
+  if (C.Gpu) {
+    Expected<const Member *> G = selectMember(A, C.Gpu->Triple, C.Gpu->Arch,
+                                              Role::Target, ImageKind::Bitcode);
+    if (G)
+      return G;
+    consumeError(G.takeError()); // No GPU member: its CPU runs the CPU one.
+  }
+  std::optional<ImageKind> Kind;
+  if (!C.RunsBitcode)
+    Kind = ImageKind::Object;
+  else if (!C.RunsObjects)
+    Kind = ImageKind::Bitcode;
+  return selectMember(A, C.Triple, C.CPU, Role::Target, Kind);
 }
 
 uint32_t localFunctionId(StringRef Name) {

@@ -17,6 +17,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ enum class WireStatus : uint32_t {
   NoRegion = 11,       ///< RegionRead, but the target exposes no region.
   UnknownLocal = 12,   ///< LocalInvoke of a function the target lacks.
   SandboxTrap = 13,    ///< Sandboxed code trapped or ran out of budget.
+  /// GPU code faulted (illegal address, trap, ...) or overran the
+  /// target's time limit; the target recreated its GPU context. Sent only
+  /// to peers of wire version 3 or later (statusForPeer()).
+  DeviceFault = 14,
 };
 
 /// A decoded frame. Views point into the decoded bytes.
@@ -277,10 +282,33 @@ llvm::Expected<size_t> frameHeaderSize(llvm::StringRef Bytes);
 
 llvm::StringRef wireStatusName(WireStatus S);
 
-/// The wire versions this runtime speaks: 1 (full frames) and 2 (full and
-/// compact frames). A Hello frame always carries header version 1, so any
-/// tc reads any peer's Hello.
-constexpr uint8_t WireVersionMin = 1, WireVersionMax = CompactWireVersion;
+/// The wire version from which a receiver reads Error status DeviceFault
+/// (older peers refuse an Error frame with a status they do not know).
+constexpr uint8_t DeviceFaultWireVersion = 3;
+
+/// The wire versions this runtime speaks: 1 (full frames), 2 (full and
+/// compact frames) and 3 (Error status DeviceFault). A Hello frame always
+/// carries header version 1, so any tc reads any peer's Hello.
+constexpr uint8_t WireVersionMin = 1, WireVersionMax = DeviceFaultWireVersion;
+
+/// The status to send a peer that speaks wire versions up to
+/// \p PeerWireMax (1 for a peer that said no Hello) for \p S: a
+/// DeviceFault goes to a peer older than version 3 as SandboxTrap ("code
+/// trapped"), the closest status it reads.
+inline WireStatus statusForPeer(WireStatus S, uint8_t PeerWireMax) {
+  if (S == WireStatus::DeviceFault && PeerWireMax < DeviceFaultWireVersion)
+    return WireStatus::SandboxTrap;
+  return S;
+}
+
+/// The GPU a target runs ifuncs on, as its Hello says (record 10).
+struct GpuCapability {
+  std::string Triple; ///< "nvptx64-nvidia-cuda"
+  std::string Arch;   ///< "sm_90": the device's compute capability
+  /// The driver's version: for CUDA, cuDriverGetVersion (1000 x major +
+  /// 10 x minor: 13000 is 13.0). Not 0.
+  uint32_t DriverVersion = 0;
+};
 
 /// What one process tells its peer in a Hello frame (docs/wire-format.md,
 /// "Hello"): enough for a sender to pick the one member the peer will run.
@@ -297,7 +325,17 @@ struct Capabilities {
   /// The archive format versions this process reads (tc.version); a peer
   /// whose Hello does not say reads version 2 only.
   uint8_t ArchiveMin = OldestArchiveVersion, ArchiveMax = ArchiveVersion;
+  /// A target that runs GPU members on this GPU, and its CPU members (the
+  /// fields above) when an archive has none for it.
+  std::optional<GpuCapability> Gpu;
 };
+
+/// The member a process that says \p C runs of \p A: with a GPU, the GPU
+/// member for it (bitcode) if \p A has one; otherwise the CPU member for
+/// C's triple and CPU, of a kind C runs. The target applies the same rule
+/// to itself, so a sender ships exactly what will run.
+llvm::Expected<const Member *> selectMemberFor(const Archive &A,
+                                               const Capabilities &C);
 
 /// Encodes \p C as a Hello body.
 std::string encodeCapabilities(const Capabilities &C);

@@ -38,6 +38,9 @@ Runtime::Runtime(std::unique_ptr<Transport> T, RuntimeOptions Opts,
                      this->Opts.Mode != LoadMode::Sandbox;
   Self.Dictionaries = this->Opts.Dictionaries ? *this->Opts.Dictionaries
                                               : dictionaryIds();
+  if ((Device = this->Opts.Device.get()))
+    Self.Gpu = GpuCapability{Device->triple(), Device->arch(),
+                             Device->driverVersion()};
 }
 
 Expected<std::unique_ptr<Runtime>> Runtime::create(std::unique_ptr<Transport> T,
@@ -196,6 +199,8 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
     for (auto &KV : Reads)
       KV.second(createStringError("connection closed: " + Why));
   }
+  if (Device) // Its work still finishes; nothing is sent for it.
+    Device->closeConnection(C);
   event(formatv("connection {0} closed: {1}", C, Why));
   if (DisconnectCB)
     DisconnectCB(C, Why);

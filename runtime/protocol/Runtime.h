@@ -30,6 +30,7 @@
 #define TC_RUNTIME_RUNTIME_H
 
 #include "protocol/Frame.h"
+#include "jit/Device.h"
 #include "jit/Jit.h"
 #include "jit/Sandbox.h"
 #include "transport/Transport.h"
@@ -139,6 +140,13 @@ struct RuntimeOptions {
   /// every connection then waits for each compile. Off by
   /// default (compiles run on a helper thread); for comparisons and tests.
   bool CompileOnProgressThread = false;
+  /// An accelerator the target runs members on (tc-serve --gpu: a
+  /// GpuTarget): its Hello names it, archives with a member for it run
+  /// there (loaded with the other compiles, launched asynchronously,
+  /// fences and region reads answered after the connection's launches are
+  /// done, faults sent back as DeviceFault), the rest on this CPU.
+  /// RegionRead then reads the device's region, not Region.
+  std::shared_ptr<DeviceTarget> Device;
   /// Where off-thread compiles run. Unset: the Runtime's own helper thread
   /// (started at the first compile). Called on the progress thread with a
   /// job, which must run once, on any thread, before the Runtime is
@@ -293,10 +301,14 @@ public:
       adoptLanes();
     if (LLVM_UNLIKELY(CompilesInFlight != 0))
       Did = finishCompiles(Did);
+    if (LLVM_UNLIKELY(Device != nullptr))
+      Did |= pollDevice();
     return Did;
   }
   /// Blocks like Transport::wait(); returns at once when a compile has
-  /// finished and progress() has not taken its result yet.
+  /// finished and progress() has not taken its result yet, or when device
+  /// work is in flight (a device cannot wake the transport: progress()
+  /// polls it).
   llvm::Error wait(int TimeoutMs);
 
   /// Optional hooks for tools (tc-serve -v) and tests.
@@ -620,6 +632,36 @@ private:
   std::unique_ptr<CompileThread> Compiler; ///< The default executor.
   /// Starts Compiler (and decides NapWhileCompiling) if it is not running.
   void startCompiler();
+
+  // A device (RuntimeOptions::Device). Its operations carry a tag naming
+  // the frame they answer.
+  struct DeviceOp {
+    ConnId Conn = 0;
+    FrameType Type = FrameType::Invoke; ///< Invoke, Fence or RegionRead.
+    uint32_t Seq = 0, CodeId = 0;
+    /// An Invoke the device refused to launch: the error, sent in its turn
+    /// (a fence after the connection's earlier launches), not before them.
+    std::string Refused;
+  };
+  /// Opts.Device, or null: progress() asks the pointer, not the option.
+  DeviceTarget *Device = nullptr;
+  std::unordered_map<uint64_t, DeviceOp> DeviceOps; ///< By tag.
+  uint64_t NextDeviceTag = 1;
+  /// Code loaded for \p H, by the JIT or the device.
+  const LoadedIfunc *findLoaded(const ArchiveHash &H) const;
+  /// Hands message \p About of \p L (device code) to the device.
+  LLVM_ATTRIBUTE_NOINLINE void launchOnDevice(ConnId C,
+                                              const SmallInvoke &About,
+                                              const LoadedIfunc &L,
+                                              llvm::StringRef Payload);
+  /// A fence or region read of \p F, answered when the device has done
+  /// the connection's earlier work.
+  void queueOnDevice(ConnId C, const Frame &F);
+  /// Takes what the device finished and answers it.
+  LLVM_ATTRIBUTE_NOINLINE bool pollDevice();
+  void deviceDone(DeviceDone &D);
+  /// The status for a device fault to \p C's peer (statusForPeer).
+  WireStatus deviceFaultStatus(ConnId C) const;
   /// Runs JitEngine::prewarm on Compiler and waits for it.
   llvm::Error prewarmOnCompiler(LoadMode Mode);
 };

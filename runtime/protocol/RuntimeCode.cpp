@@ -37,7 +37,7 @@ static WireStatus statusOf(LoadFailure K) {
 
 Expected<const LoadedIfunc *> Runtime::admitCode(ConnId C, const Frame &F,
                                                  WireStatus &Why) {
-  if (const LoadedIfunc *L = Jit->find(F.Hash)) {
+  if (const LoadedIfunc *L = findLoaded(F.Hash)) {
     // Identity already loaded (from another connection, preloaded, or
     // resent): the hash names it, so the archive need not be parsed again.
     know(conn(C), F.CodeId, *L);
@@ -99,7 +99,7 @@ Runtime::LoadOutcome Runtime::loadCode(StringRef Bytes,
                 createStringError("archive hashes to %s, frame says %s",
                                   toHex(A->Hash).c_str(),
                                   toHex(*Claimed).c_str()));
-  if ((O.Code = Jit->find(A->Hash)))
+  if ((O.Code = findLoaded(A->Hash)))
     return O;
   // The policy (fixed at construction: this may run on the helper thread).
   if (!Opts.AllowedHashes.empty() && !Opts.AllowedHashes.count(A->Hash))
@@ -113,7 +113,10 @@ Runtime::LoadOutcome Runtime::loadCode(StringRef Bytes,
                   createStringError("ifunc '%s' (%s): %s", A->Name.c_str(),
                                     toHex(A->Hash).c_str(),
                                     toString(std::move(E)).c_str()));
-  Expected<const LoadedIfunc &> L = Jit->load(*A, Opts.Mode);
+  // A member for the device runs there; everything else here.
+  const Member *OnDevice = Device ? Device->memberFor(*A) : nullptr;
+  Expected<const LoadedIfunc &> L =
+      OnDevice ? Device->load(*A, *OnDevice) : Jit->load(*A, Opts.Mode);
   if (!L) {
     WireStatus Why = WireStatus::JitFailed;
     std::string Msg;
@@ -150,12 +153,13 @@ Expected<const LoadedIfunc *> Runtime::finishLoad(LoadOutcome &O,
     ++Counters.Compiles;
     Counters.CompileMillis += L.LoadMillis;
     Counters.DiskCacheHits += L.FromDiskCache;
-    event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4}), member {5} {6}",
+    event(formatv("loaded {0} {1} ({2:f2} ms, {3}{4}), member {5} {6}{7}",
                   L.Name, toHex(L.Hash).substr(0, 16), L.LoadMillis,
                   imageKindName(L.Kind),
                   L.FromDiskCache ? ", from the disk cache" : "",
                   L.MemberTriple,
-                  L.MemberCPU.empty() ? "generic" : L.MemberCPU));
+                  L.MemberCPU.empty() ? "generic" : L.MemberCPU,
+                  L.Device ? ", " + Device->describe(L) : std::string()));
     TargetArchives[L.Hash] = Bytes.str();
   }
   touch(L.Hash);
@@ -169,6 +173,8 @@ Expected<const LoadedIfunc *> Runtime::finishLoad(LoadOutcome &O,
 //===----------------------------------------------------------------------===//
 
 Error Runtime::wait(int TimeoutMs) {
+  if (Device && Device->busy())
+    return Error::success(); // Only progress() learns what it finished.
   if (CompilesInFlight) {
     std::lock_guard<std::mutex> L(FinishedMutex);
     if (!Finished.empty())
@@ -256,7 +262,7 @@ void Runtime::compiled(const ArchiveHash &Hash, LoadOutcome &O) {
     return; // Cannot happen: one result per job.
   CompileJob J = std::move(It->second);
   Compiling.erase(It);
-  if (O.Code && Jit->find(Hash) != O.Code) {
+  if (O.Code && findLoaded(Hash) != O.Code) {
     // Evicted (Runtime::evict) before this result was taken: the code is
     // gone, so its waiters start again.
     for (CompileWaiter &W : J.Waiters)
@@ -341,6 +347,8 @@ void Runtime::evict(const ArchiveHash &Which) {
   const ArchiveHash H = Which;
   if (Error E = Jit->unload(H))
     event("unload failed: " + toString(std::move(E)));
+  if (Device)
+    Device->unload(H);
   TargetArchives.erase(H);
   LRU.remove(H);
   LruFront = nullptr;

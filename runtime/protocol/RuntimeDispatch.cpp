@@ -78,6 +78,8 @@ void *Runtime::scratch(size_t Size) {
 void Runtime::callMain(ConnId C, const SmallInvoke &About,
                        const LoadedIfunc *L, const char *LocalName,
                        IfuncMainFn Main, void *Args, StringRef Payload) {
+  if (LLVM_UNLIKELY(L && L->Device))
+    return launchOnDevice(C, About, *L, Payload);
   // Give the function an aligned, writable copy: the transport's buffer may
   // be neither. The function may re-enter the runtime and receive another
   // frame: that one gets the next level's buffer, so this payload stays.
@@ -205,7 +207,7 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
     if (F.Flags & FrameHasCode) {
       // Counted (Received, CodeFrames) when it arrived: it may come here
       // again, after waiting for its compile.
-      const LoadedIfunc *L = Jit->find(F.Hash);
+      const LoadedIfunc *L = findLoaded(F.Hash);
       if (L) {
         // Already loaded (here or for another connection): the hash names
         // it, so the archive need not be parsed again.
@@ -253,6 +255,10 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
     }
     return true;
   case FrameType::Fence: {
+    if (Device) { // Answered once the device did the earlier messages.
+      queueOnDevice(C, F);
+      return true;
+    }
     Frame R;
     R.Type = FrameType::FenceDone;
     R.Seq = F.Seq;
@@ -260,6 +266,10 @@ bool Runtime::handle(ConnId C, Conn &S, const Frame &F) {
     return true;
   }
   case FrameType::RegionRead: {
+    if (Device) { // The device's region, after the earlier messages.
+      queueOnDevice(C, F);
+      return true;
+    }
     if (!Opts.Region) {
       sendError(C, F, WireStatus::NoRegion, "this target exposes no region");
       return true;
@@ -387,7 +397,7 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
     return;
   case FrameType::Code: {
     ++Counters.CodeFrames;
-    if (!Opts.CompileOnProgressThread && !Jit->find(F.Hash)) {
+    if (!Opts.CompileOnProgressThread && !findLoaded(F.Hash)) {
       // The answer to our CodeRequest: the Invoke that asked waits at the
       // front of the queue, and everything later behind it, until the
       // compile is done; Requested keeps them from asking again.

@@ -147,13 +147,9 @@ std::string &writableMessagePayload(Message &M) {
 StringRef Runtime::shippedBytes(const Ifunc &F, const Conn &S) {
   if (!S.Peer || Opts.ShipAllMembers)
     return F.Bytes;
-  std::optional<ImageKind> Kind;
-  if (!S.Peer->RunsBitcode)
-    Kind = ImageKind::Object;
-  else if (!S.Peer->RunsObjects)
-    Kind = ImageKind::Bitcode;
-  Expected<const Member *> Pick = selectMember(
-      F.Parsed, S.Peer->Triple, S.Peer->CPU, Role::Target, Kind);
+  // The member the peer runs: its GPU's, if it has one and the archive a
+  // member for it, else its CPU's (docs/wire-format.md, "Hello").
+  Expected<const Member *> Pick = selectMemberFor(F.Parsed, *S.Peer);
   if (!Pick) {
     // Nothing for this peer: ship every target member, so the target
     // itself says what it lacks (Error NoMember).

@@ -11,6 +11,7 @@
 
 #include "jit/Guard.h"
 #include "bootstrap/Bootstrap.h"
+#include "gpu/GpuTarget.h"
 #include "protocol/Runtime.h"
 #include "ToolSupport.h"
 
@@ -46,7 +47,8 @@ for `tc-send --local increment`: the active-message baseline.
 
 Protected mode: on an address that is not loopback (127.0.0.0/8, ::1, a
 name that resolves only to those), tc-serve starts only with --trust,
---allow or --exec sandbox, or with --allow-untrusted-native.
+--allow or --exec sandbox (not with --gpu: GPU code is not sandboxed), or
+with --allow-untrusted-native.
 
 OPTIONS:
   --listen HOST:PORT   Address to accept connections on (port 0: any)
@@ -83,6 +85,19 @@ OPTIONS:
   --ifunc-path DIRS    Load every NAME.tcfb in these ':'-separated
                        directories at start, so their first messages find
                        the code ready (no JIT on first contact)
+  --gpu [N]            Run ifuncs on CUDA device N (0): an archive's
+                       nvptx64 member on the GPU, with the region in device
+                       memory; its CPU member here when it has none for the
+                       device. Needs the NVIDIA driver (libcuda.so.1, or
+                       $TC_CUDA_LIBRARY) at run time. docs/runtime.md
+  --gpu-info           Print the device of --gpu N (name, sm, driver, PTX
+                       version, memory) and exit; exit 1 with the reason if
+                       it cannot run ifuncs
+  --gpu-ptx ARCHIVE    Print the PTX a GPU target would load for ARCHIVE's
+                       nvptx64 member and exit. For the device of --gpu N,
+                       or, without a driver, for --gpu-arch sm_XY (and the
+                       PTX version of driver --gpu-cuda X.Y, else LLVM's
+                       oldest for that sm)
   --pmix               Started by mpirun or srun --mpi=pmix: publish this
                        worker under its rank (senders use --to-rank), and
                        exit when every rank of the job has finished (a
@@ -183,6 +198,80 @@ static void watchdog(unsigned LimitMs, std::atomic<bool> &Quit) {
     kill(getpid(), SIGTERM); // The handler prints the counters.
     return;
   }
+}
+
+/// One line about a GPU target's device.
+static std::string describeGpu(const tc::GpuInfo &I) {
+  return formatv("gpu {0}: {1}, {2}, {3} multiprocessors, {4} MiB, CUDA "
+                 "driver {5}, PTX {6}.{7} for {8}",
+                 I.Device, I.Name, I.Arch, I.Multiprocessors, I.Memory >> 20,
+                 cuda::driverVersionText(I.DriverVersion), I.PtxVersion / 10,
+                 I.PtxVersion % 10, I.CodeArch)
+      .str();
+}
+
+/// tc-serve --gpu-ptx: the PTX a GPU target would load for \p Path's
+/// nvptx64 member, with two comment lines saying what it is and how it is
+/// launched, on stdout.
+static int printPtx(const char *Tool, StringRef Path, std::optional<int> Gpu,
+                    StringRef Arch, StringRef Cuda) {
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(Path);
+  if (!B)
+    return toolError(Tool, "'" + Path + "': " + B.getError().message());
+  Expected<Archive> A = readArchive((*B)->getMemBufferRef());
+  if (!A)
+    return toolError(Tool, "'" + Path + "': " + toString(A.takeError()));
+  std::string DeviceArch = Arch.str();
+  unsigned PtxVersion = 0;
+  std::unique_ptr<GpuTarget> G;
+  if (!Cuda.empty()) {
+    unsigned Major, Minor;
+    auto [Ma, Mi] = Cuda.split('.');
+    if (Ma.getAsInteger(10, Major) || Mi.getAsInteger(10, Minor) ||
+        Minor > 9 || !(PtxVersion = ptxVersionForDriver(
+                           int(Major * 1000 + Minor * 10))))
+      return toolError(Tool, "bad --gpu-cuda '" + Cuda +
+                                 "' (a CUDA version X.Y, 11.0 or later)");
+  }
+  if (DeviceArch.empty()) {
+    GpuOptions O;
+    O.Device = Gpu.value_or(0);
+    O.Prewarm = false;
+    Expected<std::unique_ptr<GpuTarget>> T = GpuTarget::create(O);
+    if (!T)
+      return toolError(Tool, toString(T.takeError()) +
+                                 " (--gpu-arch sm_XY prints PTX without one)");
+    G = std::move(*T);
+    DeviceArch = G->info().Arch;
+    if (!PtxVersion)
+      PtxVersion = ptxVersionForDriver(G->info().DriverVersion);
+  }
+  Expected<std::unique_ptr<PtxCompiler>> C =
+      PtxCompiler::create(DeviceArch, PtxVersion);
+  if (!C)
+    return toolError(Tool, toString(C.takeError()));
+  Expected<const Member *> M = selectMember(*A, NvptxTriple, DeviceArch,
+                                            Role::Target, ImageKind::Bitcode);
+  if (!M)
+    return toolError(Tool, "'" + Path + "': " + toString(M.takeError()));
+  Expected<PtxModule> P = (*C)->compile((*M)->Image, A->Name, (*M)->CPU);
+  if (!P)
+    return toolError(Tool, toString(P.takeError()));
+  std::string Shape =
+      !P->Threads ? "1 thread (no " + A->Name + "_threads)"
+      : *P->Threads == FillDeviceThreads
+          ? "as many blocks of 256 threads as fill the device (" + A->Name +
+                "_threads 0xffffffff)"
+          : formatv("{0} threads ({1}_threads)", *P->Threads, A->Name).str();
+  outs() << formatv("// tc: ifunc {0} ({1}), member {2}{3}{4}, for a {5} "
+                    "device as {6}, PTX {7}.{8}\n",
+                    A->Name, toHex(A->Hash).substr(0, 16), (*M)->Triple,
+                    (*M)->CPU.empty() ? "" : " ", (*M)->CPU, DeviceArch,
+                    P->Arch, P->PtxVersion / 10, P->PtxVersion % 10)
+         << "// tc: launch: " << Shape << "\n"
+         << P->Ptx;
+  outs().flush();
+  return 0;
 }
 
 /// Loads every NAME.tcfb in the ':'-separated \p Dirs (sorted by name, so
@@ -286,13 +375,32 @@ int main(int argc, char **argv) {
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
-  bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false;
+  bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false,
+       GpuInfo = false;
+  std::optional<int> Gpu;
+  std::string GpuPtx, GpuArch, GpuCuda;
   RuntimeOptions Opts;
   for (int I = 1; I < argc; ++I) {
     StringRef A = argv[I];
     if (std::optional<int> Exit = standardFlag(Tool, Usage, A))
       return *Exit;
-    if (A == "-v") {
+    if (A == "--gpu" || A.starts_with("--gpu=")) {
+      // --gpu, --gpu N or --gpu=N.
+      StringRef N = A.consume_front("--gpu=") ? A : StringRef();
+      if (N.empty() && I + 1 < argc && StringRef(argv[I + 1]).size() &&
+          StringRef(argv[I + 1]).find_first_not_of("0123456789") ==
+              StringRef::npos)
+        N = argv[++I];
+      int Dev = 0;
+      if (!N.empty() && (N.getAsInteger(10, Dev) || Dev < 0))
+        return toolError(Tool, "bad --gpu '" + N + "'");
+      Gpu = Dev;
+    } else if (takeOption(argc, argv, I, "--gpu-ptx", GpuPtx, OptError) ||
+               takeOption(argc, argv, I, "--gpu-arch", GpuArch, OptError) ||
+               takeOption(argc, argv, I, "--gpu-cuda", GpuCuda, OptError)) {
+    } else if (A == "--gpu-info") {
+      GpuInfo = true;
+    } else if (A == "-v") {
       Verbose = true;
     } else if (A == "--pmix") {
       Pmix = true;
@@ -329,6 +437,20 @@ int main(int argc, char **argv) {
       return toolError(Tool, "unknown argument '" + A + "' (try --help)");
     }
   }
+  if (!GpuPtx.empty())
+    return printPtx(Tool, GpuPtx, Gpu, GpuArch, GpuCuda);
+  if (GpuInfo) {
+    GpuOptions O;
+    O.Device = Gpu.value_or(0);
+    O.Prewarm = false;
+    Expected<std::unique_ptr<GpuTarget>> G = GpuTarget::create(O);
+    if (!G)
+      return toolError(Tool, toString(G.takeError()));
+    outs() << "tc-serve: " << describeGpu((*G)->info()) << "\n";
+    return 0;
+  }
+  if (!GpuArch.empty() || !GpuCuda.empty())
+    return toolError(Tool, "--gpu-arch and --gpu-cuda go with --gpu-ptx");
   if (Listen.empty() && !Pmix)
     return toolError(Tool, "missing --listen HOST:PORT (or --pmix)");
   std::pair<std::string, uint16_t> HostPort;
@@ -377,18 +499,23 @@ int main(int argc, char **argv) {
   // Protected mode: a listener beyond loopback runs code from anyone who
   // reaches it, so it needs a policy on what runs or an explicit opt-in.
   // --pmix alone opens no listener: its peers are the ranks of its job.
+  // The sandbox confines CPU code only: GPU code reaches all device memory
+  // and what the driver maps for the device, so --exec sandbox is no
+  // policy for a GPU target.
   if (!Listen.empty() && !Untrusted && Opts.TrustedKeys.empty() &&
-      Opts.AllowedHashes.empty() && Opts.Mode != LoadMode::Sandbox) {
+      Opts.AllowedHashes.empty() && (Opts.Mode != LoadMode::Sandbox || Gpu)) {
     Expected<bool> Loopback = listensOnLoopbackOnly(HP->first, HP->second);
     if (!Loopback)
       return toolError(Tool, toString(Loopback.takeError()));
     if (!*Loopback)
       return toolError(
           Tool, "refusing to run native code from anyone who can reach " +
-                    Listen +
-                    " (not a loopback address): give --trust KEY.pub, "
-                    "--allow HASHFILE or --exec sandbox, or "
-                    "--allow-untrusted-native to run it anyway");
+                    Listen + " (not a loopback address): give --trust "
+                    "KEY.pub, --allow HASHFILE or " +
+                    (Gpu ? "" : "--exec sandbox, or ") +
+                    (Gpu ? "--allow-untrusted-native to run it anyway (GPU "
+                           "code is not sandboxed)"
+                         : "--allow-untrusted-native to run it anyway"));
   }
 
   // The region: zeroed, aligned for any type an ifunc may keep there.
@@ -404,6 +531,23 @@ int main(int argc, char **argv) {
   if (Prewarm)
     Opts.Jit.Prewarm = Opts.Mode;
 
+  // A GPU target: the device, its context and its region first, so that a
+  // machine without one fails before anything listens.
+  std::shared_ptr<GpuTarget> G;
+  if (Gpu) {
+    GpuOptions GO;
+    GO.Device = *Gpu;
+    GO.RegionSize = Size;
+    GO.CacheDir = Opts.Jit.CacheDir;
+    GO.MaxRunMs = MaxRun;
+    GO.Prewarm = Prewarm;
+    Expected<std::unique_ptr<GpuTarget>> GT = GpuTarget::create(GO);
+    if (!GT)
+      return toolError(Tool, toString(GT.takeError()));
+    G = std::move(*GT);
+    Opts.Device = G;
+  }
+
   auto T = createUcxTransport();
   if (!T)
     return toolError(Tool, toString(T.takeError()));
@@ -414,9 +558,21 @@ int main(int argc, char **argv) {
   if (Error E = R.registerLocal("increment", tcServeIncrement))
     return toolError(Tool, toString(std::move(E)));
   if (Verbose) {
-    R.onEvent([](StringRef E) { outs() << "tc-serve: " << E << "\n"; });
+    // Each line as it happens: -v output is read by tools (tc-bench --gpu)
+    // while the target runs.
+    R.onEvent([](StringRef E) {
+      outs() << "tc-serve: " << E << "\n";
+      outs().flush();
+    });
     outs() << "tc-serve: running " << R.jit().triple() << " code for cpu "
            << R.jit().cpu() << "\n";
+    if (G) {
+      outs() << "tc-serve: " << describeGpu(G->info()) << "\n";
+      G->onEvent([](StringRef E) {
+        outs() << "tc-serve: " << E << "\n";
+        outs().flush();
+      });
+    }
     if (std::optional<double> Ms = R.jit().prewarmMillis())
       outs() << formatv("tc-serve: prewarmed the JIT ({0:f2} ms)\n", *Ms);
   }
@@ -470,6 +626,15 @@ int main(int argc, char **argv) {
            << ", pid " << ::getpid() << "\n";
   }
   // --- end PMIx bootstrap
+  if (Verbose) {
+    // For clients that connect by worker address (tc-bench over shared
+    // memory, as it does with its own servers).
+    Expected<std::string> Addr = R.transport().address();
+    if (Addr)
+      outs() << "tc-serve: worker address " << toHex(*Addr, true) << "\n";
+    else
+      consumeError(Addr.takeError());
+  }
   if (!Listen.empty())
     outs() << "tc-serve: listening on " << HP->first << ":" << Port << "\n";
   outs().flush();
@@ -491,6 +656,15 @@ int main(int argc, char **argv) {
     return toolError(Tool, Failed);
   outs().flush();
   printCounters(R.counters());
+  if (G) {
+    const GpuCounters &C = G->counters();
+    outs() << formatv("tc-serve: gpu: launches {0}, faults {1} (over the "
+                      "time limit {2}), lost {3}, context resets {4}, loads "
+                      "{5} ({6} from the disk cache), large payloads {7}\n",
+                      C.Launches, C.Faults, C.Overruns, C.Lost, C.Resets,
+                      C.Loads, C.DiskCacheHits, C.LargePayloads);
+    outs().flush();
+  }
   SignalTarget = nullptr;
   CounterSource = nullptr;
   return 0;

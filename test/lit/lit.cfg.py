@@ -150,3 +150,24 @@ if (os.path.exists(os.path.join(config.tc_aarch64_dir, "sysroot.path"))
     config.available_features.add("aarch64-qemu")
 if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
     config.available_features.add("ci")
+
+# --- GPU targets (issue #35) ---
+# %fake_cuda: a stand-in libcuda.so.1 that answers device discovery as
+# TC_FAKE_CUDA says (test/unit/FakeCuda.c), for error paths without a GPU.
+# Feature "cuda": this machine has an NVIDIA driver and a device a GPU
+# target can use (tc-serve --gpu-info succeeds); tests that run ifuncs on
+# a GPU say REQUIRES: cuda.
+config.substitutions.append(("%fake_cuda", os.path.join(
+    config.tc_obj_root, "lib", "libtc-fake-cuda.so")))
+def _cuda_usable():
+    serve = os.path.join(config.tc_tools_dir, "tc-serve")
+    if not os.access(serve, os.X_OK):
+        return False
+    try:
+        return subprocess.run([serve, "--gpu-info"], capture_output=True,
+                              timeout=120).returncode == 0
+    except Exception:
+        return False
+if _cuda_usable():
+    config.available_features.add("cuda")
+# --- end GPU targets

@@ -330,7 +330,12 @@ TEST(Frame, DefectsHaveSpecificMessages) {
   EXPECT_EQ(Trap->Status, WireStatus::SandboxTrap);
   EXPECT_EQ(wireStatusName(Trap->Status), "sandbox trap");
   llvm::support::endian::write32le(&M[12], 14);
-  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown error status 14");
+  llvm::Expected<Frame> Fault = decodeFrame(M);
+  ASSERT_TRUE(!!Fault) << llvm::toString(Fault.takeError());
+  EXPECT_EQ(Fault->Status, WireStatus::DeviceFault);
+  EXPECT_EQ(wireStatusName(Fault->Status), "device fault");
+  llvm::support::endian::write32le(&M[12], 15);
+  EXPECT_EQ(err(decodeFrame(M)), "malformed frame: unknown error status 15");
   Frame Fence;
   Fence.Type = FrameType::Fence;
   M = encodeFrame(Fence);
@@ -448,7 +453,7 @@ TEST(Hello, CapabilitiesRoundTripAndUnknownKeysAreSkipped) {
   EXPECT_EQ(Before->ArchiveMax, 2u);
   EXPECT_EQ(describeCapabilities(*D),
             "aarch64-unknown-linux-gnu cpu=neoverse-n1 (tc 0.1.0, LLVM "
-            "22.1.8, wire 1-2, bitcode only)");
+            "22.1.8, wire 1-3, bitcode only)");
   // A newer peer's key 200 is skipped; the rest still reads.
   std::string Newer = B + std::string("\xc8\x02\x00xy", 5);
   auto N = decodeCapabilities(Newer);
@@ -514,4 +519,137 @@ TEST(Hello, MalformedCapabilityRecordsAreRefused) {
   ASSERT_FALSE(!!G);
   EXPECT_NE(llvm::toString(G.takeError()).find("hello with non-zero seq"),
             std::string::npos);
+}
+
+namespace {
+Capabilities gpuTarget() {
+  Capabilities C;
+  C.TcVersion = "0.1.0";
+  C.LlvmVersion = "22.1.8";
+  C.Triple = "x86_64-unknown-linux-gnu";
+  C.CPU = "znver4";
+  C.Gpu = GpuCapability{"nvptx64-nvidia-cuda", "sm_90", 13000};
+  return C;
+}
+} // namespace
+
+TEST(Hello, GpuRecordRoundTripsByteByByte) {
+  Capabilities C = gpuTarget();
+  std::string B = encodeCapabilities(C);
+  // The last record: key 10, length 4 + 1 + 19 + 5 = 29, driver version
+  // 13000 (0x32c8), the triple's length, the triple, the architecture.
+  std::string Want("\x0a\x1d\x00\xc8\x32\x00\x00\x13", 8);
+  Want += "nvptx64-nvidia-cudasm_90";
+  ASSERT_GE(B.size(), Want.size());
+  EXPECT_EQ(B.substr(B.size() - Want.size()), Want);
+  auto D = decodeCapabilities(B);
+  ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
+  ASSERT_TRUE(D->Gpu.has_value());
+  EXPECT_EQ(D->Gpu->Triple, "nvptx64-nvidia-cuda");
+  EXPECT_EQ(D->Gpu->Arch, "sm_90");
+  EXPECT_EQ(D->Gpu->DriverVersion, 13000u);
+  EXPECT_EQ(encodeCapabilities(*D), B);
+  EXPECT_EQ(describeCapabilities(*D),
+            "x86_64-unknown-linux-gnu cpu=znver4 (tc 0.1.0, LLVM 22.1.8, wire "
+            "1-3, gpu nvptx64-nvidia-cuda sm_90, driver 13.0)");
+  // A target without a GPU says nothing of one.
+  C.Gpu.reset();
+  auto N = decodeCapabilities(encodeCapabilities(C));
+  ASSERT_TRUE(!!N) << llvm::toString(N.takeError());
+  EXPECT_FALSE(N->Gpu.has_value());
+}
+
+TEST(Hello, MalformedGpuRecordsAreRefused) {
+  Capabilities C = gpuTarget();
+  C.Gpu.reset();
+  std::string Base = encodeCapabilities(C); // Every key is below 10.
+  auto WithGpu = [&](llvm::StringRef Value) {
+    std::string B = Base;
+    B += '\x0a';
+    B += char(Value.size() & 0xff);
+    B += char(Value.size() >> 8);
+    B += Value;
+    return B;
+  };
+  auto Refused = [](const std::string &Bytes, llvm::StringRef Want) {
+    auto D = decodeCapabilities(Bytes);
+    if (D)
+      return testing::AssertionFailure() << "accepted";
+    std::string Msg = llvm::toString(D.takeError());
+    if (Msg.find(Want.str()) == std::string::npos)
+      return testing::AssertionFailure() << Msg;
+    return testing::AssertionSuccess();
+  };
+  std::string Good("\xc8\x32\x00\x00\x13", 5);
+  Good += "nvptx64-nvidia-cudasm_90";
+  ASSERT_TRUE(!!decodeCapabilities(WithGpu(Good)));
+  EXPECT_TRUE(Refused(WithGpu(Good.substr(0, 4)), "shorter than 5 bytes"));
+  EXPECT_TRUE(Refused(WithGpu(std::string(4, '\0') + Good.substr(4)),
+                      "driver version 0"));
+  // Triple length 0, running to the end (no architecture), past the end.
+  for (char T : {'\x00', '\x18', '\x19', '\xff'}) {
+    std::string V = Good;
+    V[4] = T;
+    EXPECT_TRUE(Refused(WithGpu(V), "triple and architecture")) << int(T);
+  }
+  std::string Space = Good;
+  Space[10] = ' ';
+  EXPECT_TRUE(Refused(WithGpu(Space), "not printable"));
+  std::string Nul = Good;
+  Nul.back() = '\0';
+  EXPECT_TRUE(Refused(WithGpu(Nul), "not printable"));
+  // Twice: keys ascend once each.
+  EXPECT_TRUE(Refused(WithGpu(Good) + WithGpu(Good).substr(Base.size()),
+                      "keys ascend"));
+}
+
+TEST(Hello, ASenderPicksTheGpuMemberForAGpuTargetElseItsCpuMember) {
+  Archive A;
+  A.Name = "g";
+  Member X86, Ptx80, Ptx100, X86Obj;
+  X86.Triple = "x86_64-unknown-linux-gnu";
+  X86.Image = "x86-bitcode";
+  X86Obj = X86;
+  X86Obj.Kind = ImageKind::Object;
+  X86Obj.Image = "x86-object";
+  Ptx80.Triple = Ptx100.Triple = "nvptx64-nvidia-cuda";
+  Ptx80.CPU = "sm_80";
+  Ptx80.Image = "sm80";
+  Ptx100.CPU = "sm_100";
+  Ptx100.Image = "sm100";
+  A.Members = {X86, X86Obj, Ptx80, Ptx100};
+  Capabilities C = gpuTarget(); // sm_90
+  auto Pick = [&](const Capabilities &Caps) -> std::string {
+    llvm::Expected<const Member *> M = selectMemberFor(A, Caps);
+    if (!M)
+      return "error: " + llvm::toString(M.takeError());
+    return (*M)->Image;
+  };
+  EXPECT_EQ(Pick(C), "sm80"); // sm_100 code does not run on sm_90
+  C.Gpu->Arch = "sm_100";
+  EXPECT_EQ(Pick(C), "sm100");
+  // No GPU member runs there: the target's CPU runs the CPU member.
+  C.Gpu->Arch = "sm_75";
+  EXPECT_EQ(Pick(C), "x86-bitcode");
+  C.RunsBitcode = false;
+  EXPECT_EQ(Pick(C), "x86-object");
+  // A target without a GPU never gets a GPU member.
+  C = gpuTarget();
+  C.Gpu.reset();
+  EXPECT_EQ(Pick(C), "x86-bitcode");
+  // Neither: the error lists what the archive has.
+  A.Members = {Ptx100};
+  C = gpuTarget();
+  EXPECT_EQ(Pick(C), "error: no member for x86_64-unknown-linux-gnu cpu=znver4 "
+                     "(have: nvptx64-nvidia-cuda cpu=sm_100)");
+}
+
+TEST(Hello, ADeviceFaultGoesToOlderPeersAsASandboxTrap) {
+  EXPECT_EQ(statusForPeer(WireStatus::DeviceFault, 3),
+            WireStatus::DeviceFault);
+  EXPECT_EQ(statusForPeer(WireStatus::DeviceFault, 2),
+            WireStatus::SandboxTrap);
+  EXPECT_EQ(statusForPeer(WireStatus::DeviceFault, 1),
+            WireStatus::SandboxTrap);
+  EXPECT_EQ(statusForPeer(WireStatus::JitFailed, 1), WireStatus::JitFailed);
 }

@@ -286,18 +286,18 @@ TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
   auto F = P.reg(ifuncArchive("add", adderIR("add")));
   P.send(F, 1);
   ASSERT_TRUE(P.fence());
-  // A newer peer on a second connection says Hello with wire 3-3.
+  // A newer peer on a second connection says Hello with wire 4-4.
   auto C2 = P.Source->transport().connect("target", 1);
   ASSERT_TRUE(!!C2);
   Capabilities Newer = P.Source->capabilities();
-  Newer.WireMin = Newer.WireMax = 3;
+  Newer.WireMin = Newer.WireMax = 4;
   Newer.TcVersion = "9.0.0";
   sendRawHello(P.Source->transport(), *C2, Newer);
   ASSERT_TRUE(P.runUntil([&] { return !P.Errors.empty(); }));
   EXPECT_EQ(P.Errors[0].Status, WireStatus::UnsupportedVersion);
   EXPECT_EQ(P.Errors[0].Message,
-            "the peer speaks tc wire versions 3-3 (tc 9.0.0), this process "
-            "1-2 (tc " TC_VERSION_STRING "): no version in common");
+            "the peer speaks tc wire versions 4-4 (tc 9.0.0), this process "
+            "1-3 (tc " TC_VERSION_STRING "): no version in common");
   // The first connection is served as before.
   P.send(F, 1);
   ASSERT_TRUE(P.fence());
@@ -305,7 +305,7 @@ TEST(Runtime, APeerWithNoCommonWireVersionIsRefusedAndTheTargetServesOn) {
 }
 
 TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
-  // The target answers our Hello with wire 3-3.
+  // The target answers our Hello with wire 4-4.
   HandPlayedTarget H(ifuncArchive("add", adderIR("add")));
   H.OnFrame = [&](ConnId C, llvm::StringRef Header, llvm::StringRef Body) {
     auto F = decodeFrame(Header, Body);
@@ -314,7 +314,7 @@ TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
       return;
     }
     Capabilities Caps = *decodeCapabilities(F->Data);
-    Caps.WireMin = Caps.WireMax = 3;
+    Caps.WireMin = Caps.WireMax = 4;
     Caps.TcVersion = "7.0.0";
     sendRawHello(*H.Raw, C, Caps);
   };
@@ -326,8 +326,8 @@ TEST(Runtime, SendsToATargetWithNoCommonWireVersionFailWithOneError) {
   H.S->fence(H.Conn, Record);
   H.runUntil([&] { return Failures.size() >= 2; });
   ASSERT_EQ(Failures.size(), 2u);
-  std::string Want = "the peer speaks tc wire versions 3-3 (tc 7.0.0), this "
-                     "process 1-2 (tc " TC_VERSION_STRING
+  std::string Want = "the peer speaks tc wire versions 4-4 (tc 7.0.0), this "
+                     "process 1-3 (tc " TC_VERSION_STRING
                      "): no version in common";
   EXPECT_EQ(Failures[0], Want);
   EXPECT_EQ(Failures[1], Want);
@@ -641,7 +641,7 @@ TEST(Runtime, LocalInvokeRunsALinkedFunctionInOrder) {
 }
 
 TEST(Runtime, CompactFramesTakeTheNextSequenceNumberEvenWhenQueued) {
-  // After the Hello (wire 1-2 on both sides) cached messages and local
+  // After the Hello (wire 1-3 on both sides) cached messages and local
   // invokes go as compact frames, whose sequence numbers are not on the
   // wire: the target counts them. Errors must still name the right ones,
   // also for frames that waited in the queue for code (they are kept
@@ -655,7 +655,7 @@ TEST(Runtime, CompactFramesTakeTheNextSequenceNumberEvenWhenQueued) {
   P.send(F, 1);                                          // seq 3, compact
   ASSERT_TRUE(P.fence());                                // seq 4
   ASSERT_NE(P.Source->peer(P.Conn), nullptr);
-  EXPECT_EQ(P.Source->peer(P.Conn)->WireMax, 2u);
+  EXPECT_EQ(P.Source->peer(P.Conn)->WireMax, WireVersionMax);
   P.Target->evict(F->Hash);
   P.send(F, 1);                      // seq 5: unknown code id now, queued
   P.Source->sendLocal(P.Conn, "nope", "");               // seq 6, queued
