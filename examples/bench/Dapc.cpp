@@ -295,9 +295,10 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (P.Pmix) {
     if (!Hosts.empty())
       die("--pmix and --hosts exclude each other");
-    if (P.ModesGiven && (P.Gbpc || P.Mpi))
-      die("--pmix runs modes dapc and am (tc-gbpc has no PMIx wire-up; "
-          "mode mpi starts its own mpirun)");
+    if (P.ModesGiven && P.Gbpc)
+      die("--pmix runs modes dapc and am (tc-gbpc has no PMIx wire-up)");
+    if (P.Mpi)
+      die("--pmix runs modes dapc and am (mode mpi starts its own mpirun)");
     P.Gbpc = false;
     if (P.ServersGiven && P.Servers.size() != 1)
       die("--pmix takes one --servers count (the job is wired up once)");
@@ -556,7 +557,7 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   }
   // Which osc components mode mpi tried, and what each measured.
   if (O.Fmt == Format::Table)
-    std::fputs(Mpi.probeSummary().c_str(), stdout);
+    std::fputs(Mpi.summary().c_str(), stdout);
   return 0;
 }
 

@@ -296,9 +296,14 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
         std::to_string(static_cast<long>(Limit)) + " s");
   if (!WIFEXITED(Status) || WEXITSTATUS(Status) != 0)
     die(What + ": " + firstError(Stderr));
-  if (Stdout.find("tc-mpi-rma: " + Bench + " over ") == std::string::npos ||
-      Stdout.find(": ok") == std::string::npos)
+  size_t Ok = Stdout.find("tc-mpi-rma: " + Bench + " over ");
+  size_t OkEnd = Ok == std::string::npos ? Ok : Stdout.find('\n', Ok);
+  if (OkEnd == std::string::npos ||
+      Stdout.compare(OkEnd - 4, 4, ": ok") != 0)
     die(What + ": tc-mpi-rma did not say ok: " + firstError(Stderr));
+  std::string OkLine = Stdout.substr(Ok, OkEnd - Ok);
+  if (std::find(OkLines.begin(), OkLines.end(), OkLine) == OkLines.end())
+    OkLines.push_back(OkLine);
 
   std::vector<Record> Rows;
   std::stringstream SS(Stdout);
@@ -389,8 +394,10 @@ std::vector<Record> MpiReference::run(const std::string &Bench, int Ranks,
   return Sorted;
 }
 
-std::string MpiReference::probeSummary() const {
+std::string MpiReference::summary() const {
   std::string S;
+  for (const std::string &L : OkLines)
+    S += "mpi checked: " + L + "\n";
   for (const auto &[Key, Figures] : Probes)
     for (const std::string &F : FigureOrder.at(Key))
       S += "mpi probe (" + Key + ") " + F + ": " + Figures.at(F) + " -> " +

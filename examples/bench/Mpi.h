@@ -43,8 +43,9 @@ public:
                           const std::vector<std::string> &Args,
                           const std::vector<std::string> &Probe,
                           const std::string &Key);
-  /// What every candidate measured in the probes, one line per figure.
-  std::string probeSummary() const;
+  /// Lines for the table's end: tc-mpi-rma's ok lines (every result
+  /// checked, which osc) and what every candidate measured in the probes.
+  std::string summary() const;
 
 private:
   std::vector<Record> job(const std::string &Bench, int Ranks,
@@ -57,6 +58,7 @@ private:
   std::map<std::string, std::map<std::string, std::string>> Winners;
   /// Per key: the figures in the order tc-mpi-rma prints them.
   std::map<std::string, std::vector<std::string>> FigureOrder;
+  std::vector<std::string> OkLines;
   /// Per key and figure: what each candidate measured in the probe.
   std::map<std::string, std::map<std::string, std::string>> Probes;
 };

@@ -388,7 +388,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
   }
   // Which osc components mode mpi tried, and what each measured.
   if (O.Fmt == Format::Table)
-    std::fputs(Mpi.probeSummary().c_str(), stdout);
+    std::fputs(Mpi.summary().c_str(), stdout);
   return 0;
 }
 

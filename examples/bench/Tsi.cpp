@@ -1042,7 +1042,7 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
                 Find("stall", "p99_ratio"), Find("stall-sync", "p99_ratio"));
   // Which osc components mode mpi tried, and what each measured.
   if (O.Fmt == Format::Table)
-    std::fputs(Mpi.probeSummary().c_str(), stdout);
+    std::fputs(Mpi.summary().c_str(), stdout);
   return 0;
 }
 

@@ -38,9 +38,10 @@
  * Rank 0 prints one line per figure, then the ok line:
  *
  *   row OP METRIC VALUE UNIT [servers=S depth=D] [payload=P]
- *   tc-mpi-rma: tsi over 2 ranks, osc sm: ok
+ *   tc-mpi-rma: tsi over 2 ranks on HOST0,HOST1, osc sm: ok
  *
- * (osc: the OMPI_MCA_osc that mpirun's --mca osc set, "default" without.)
+ * (the ranks' host names in rank order; osc: the OMPI_MCA_osc that
+ * mpirun's --mca osc set, "default" without.)
  * Any failure, a wrong result included, is one line on stderr,
  * `tc-mpi-rma: rank R: error: ...`, and MPI_Abort; every rank stops itself
  * after --timeout seconds (default 300) with such a line.
@@ -66,13 +67,20 @@ static int rank, nranks;
 static const char *fault = "";
 
 static void die(const char *fmt, ...) {
+  /* One write: mpirun forwards what each rank writes as it comes, and two
+   * ranks failing at once must not interleave their lines. */
+  char line[1024];
+  int n = snprintf(line, sizeof line, "tc-mpi-rma: rank %d: error: ", rank);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "tc-mpi-rma: rank %d: error: ", rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
   va_end(ap);
-  fflush(stderr);
+  if (n > (int)sizeof line - 2)
+    n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  fflush(stdout);
+  if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+  }
   MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
 }
@@ -595,9 +603,22 @@ int main(int argc, char **argv) {
     sweep(!strcmp(bench, "sss"), sizes, nsizes, warmup, iters, msgs);
   else
     die("unknown benchmark '%s' (expected tsi, dapc, sss or iput)", bench);
-  if (rank == 0)
-    printf("tc-mpi-rma: %s over %d ranks, osc %s: ok\n", bench, nranks,
-           osc_name());
+  /* Where the ranks ran (MPI_Get_processor_name: the host name). */
+  char name[MPI_MAX_PROCESSOR_NAME] = {0}, *names = NULL;
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  if (rank == 0 && !(names = calloc((size_t)nranks, sizeof name)))
+    die("out of memory");
+  check(MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR,
+                   0, MPI_COMM_WORLD),
+        "MPI_Gather");
+  if (rank == 0) {
+    printf("tc-mpi-rma: %s over %d ranks on ", bench, nranks);
+    for (int r = 0; r < nranks; ++r)
+      printf("%s%s", r ? "," : "", names + (size_t)r * sizeof name);
+    printf(", osc %s: ok\n", osc_name());
+    free(names);
+  }
   fflush(stdout);
   MPI_Finalize();
   return 0;
