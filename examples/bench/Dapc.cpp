@@ -491,8 +491,11 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       stopServer(X);
     for (Child &X : Gb)
       stopServer(X);
-    if (P.Mpi && !Sb) {
-      // The same chases with MPI_Get, once tc's servers are gone.
+      }
+    if (P.Mpi) {
+      // The same chases with MPI_Get, once tc's servers and client are
+      // gone (a UCX worker left unprogressed meanwhile, its peers gone,
+      // can trip over its TCP connections when it is destroyed).
       auto Arg = [&](uint64_t Count) {
         std::string Depths;
         for (uint64_t D : P.Depths)
@@ -512,7 +515,6 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
              std::to_string(static_cast<long>(X.Value)) + " chases/s");
       }
     }
-      }
   }
   if (P.Pmix) {
     // The job's closing barrier: the server ranks exit after it.
