@@ -173,11 +173,14 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     A.push_back("--allow-run-as-root");
   A.insert(A.end(), {"--oversubscribe", "-n", std::to_string(Ranks)});
   A.insert(A.end(), {"--bind-to", P.Pin ? "core" : "none"});
-  // More ranks than cores: waiting ranks yield their CPU (as tc's servers
-  // sleep then). Open MPI does this by itself only when it sees the
-  // oversubscription, which it does not across namespace hosts.
-  if (Ranks > sysconf(_SC_NPROCESSORS_ONLN))
-    A.insert(A.end(), {"--mca", "mpi_yield_when_idle", "1"});
+  // Waiting ranks yield their CPU. A target that must progress for the
+  // origin (pt2pt, UCX over TCP) spins in MPI_Barrier; on this shared
+  // 2-core VM a spinning target that does not yield loses whole scheduler
+  // slices: a 2-rank pt2pt chase over loopback TCP, depth 64, ran 1-5
+  // chases/s without and 26-45 with, alternating (docs/benchmarks.md).
+  // Open MPI sets this by itself only when it sees more ranks than cores
+  // on a node, which it never does across namespace hosts.
+  A.insert(A.end(), {"--mca", "mpi_yield_when_idle", "1"});
   if (P.Netns.empty()) {
     A.insert(A.end(), {"--mca", "oob_tcp_if_include", "lo"});
   } else {
