@@ -358,7 +358,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     std::printf("\n%-8s %-26s %-26s%s%s\n", "payload",
                 Want[2] ? "injected/ucx_am lat, rate" : "",
                 Want[1] ? "injected/local lat, rate" : "",
-                Want[3] ? " injected/mpi lat, rate   " : "",
+                Want[3] ? " injected/mpi lat, rate    " : "",
                 !Spread    ? ""
                 : Want[2] ? " rate spread % injected, ucx_am"
                           : " rate spread % injected");

@@ -10,7 +10,8 @@
 //    keeps one loaded; the probes fca/fcb alternate), measured to the pong.
 // Two references are measured in the same run: TSI written straight on UCX
 // active messages (ucx_am, UcxAm.cpp), and ucx_perftest's own AM figures
-// (when it is installed), whose handler does no work.
+// (when it is installed), whose handler does no work. Mode mpi adds the
+// increments done with MPI one-sided operations under mpirun (Mpi.cpp).
 //
 //===----------------------------------------------------------------------===//
 
