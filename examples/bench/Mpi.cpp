@@ -174,12 +174,14 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
   A.insert(A.end(), {"--oversubscribe", "-n", std::to_string(Ranks)});
   A.insert(A.end(), {"--bind-to", P.Pin ? "core" : "none"});
   // Waiting ranks yield their CPU. A target that must progress for the
-  // origin (pt2pt, UCX over TCP) spins in MPI_Barrier; on this shared
-  // 2-core VM a spinning target that does not yield loses whole scheduler
-  // slices: a 2-rank pt2pt chase over loopback TCP, depth 64, ran 1-5
-  // chases/s without and 26-45 with, alternating (docs/benchmarks.md).
-  // Open MPI sets this by itself only when it sees more ranks than cores
-  // on a node, which it never does across namespace hosts.
+  // origin (pt2pt, UCX over TCP) spins in MPI_Barrier; on this 2-core VM a
+  // spinning target that does not yield loses whole scheduler slices when
+  // the CPUs are shared: a pt2pt chase over loopback TCP, depth 64, ran
+  // 5 chases/s without and 350-540 with on 3 ranks, 1-5 against 26-45 on 2
+  // ranks under load, and the same either way on 2 ranks on an idle VM
+  // (docs/benchmarks.md). Open MPI sets this by itself only when it sees
+  // more ranks than cores on a node, which it never does across namespace
+  // hosts.
   A.insert(A.end(), {"--mca", "mpi_yield_when_idle", "1"});
   if (P.Netns.empty()) {
     A.insert(A.end(), {"--mca", "oob_tcp_if_include", "lo"});
