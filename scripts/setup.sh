@@ -22,6 +22,8 @@ PACKAGES=(
   # for `srun --mpi=pmix` (the pmix plugin is in slurm-wlm-basic-plugins,
   # which slurmd pulls in; it dlopens libpmix-dev's libpmix.so)
   slurmctld slurmd slurm-client munge
+  # MPI one-sided reference of tc-bench's mpi mode (examples/mpi-rma)
+  libopenmpi-dev
   # aarch64 cross headers so tc-cc can compile ifuncs for Arm targets
   libc6-dev-arm64-cross libstdc++-12-dev-arm64-cross
   # libclc's nvptx64 bitcode (/usr/lib/clc/nvptx64--.bc): libm for GPU

@@ -613,8 +613,10 @@ static const char *const Usage =
     R"(USAGE: tc-bench SCENARIO [options]
 
 Reproduces the Three-Chains and Two-Chains evaluations on this machine,
-side by side with UCX active messages. Starts (and stops) its own server
-processes, verifies every result, then prints a table, JSON or CSV.
+side by side with UCX active messages and, in every scenario's mode mpi
+(--modes ...,mpi), the same work with MPI one-sided operations (tc-mpi-rma
+under mpirun). Starts (and stops) its own server processes, verifies every
+result, then prints a table, JSON or CSV.
 
 SCENARIOS:
   tsi     target-side increment: latency and message rate for the modes
@@ -623,13 +625,17 @@ SCENARIOS:
           per message: coalescing off), uncached (every message carries
           the archive), object (native member), ucx_am (TSI on UCX's
           own AM, no tc), ucx_perftest (UCX's own benchmark), first
-          contact (jit, object, disk-cache), and stall (a cached stream's
-          p50/p99 alone and while another client ships new code)
+          contact (jit, object, disk-cache), stall (a cached stream's
+          p50/p99 alone and while another client ships new code), mpi
+          (MPI_Accumulate + flush, MPI_Fetch_and_op)
   dapc    distributed pointer chase: dapc (ifunc forwards itself), am
           (the same walk linked into the servers), gbpc (client does one
-          UCX GET per hop, tc-gbpc); rate over depth and server count
-  sss     server-side sum over payload sizes: injected vs local
-  iput    indirect put over payload sizes: injected vs local
+          UCX GET per hop, tc-gbpc), mpi (one MPI_Get + flush per hop);
+          rate over depth and server count
+  sss     server-side sum over payload sizes: injected vs local (mpi:
+          MPI_Get of the numbers, summed at the client)
+  iput    indirect put over payload sizes: injected vs local (mpi:
+          MPI_Put)
   tsi --gpu[=N], sss --gpu[=N]
           a GPU target (tc-serve --gpu N) against the CUDA driver doing
           the same work: gtsi latency and rate next to cuda_raw (UCX AM +
@@ -649,6 +655,14 @@ COMMON OPTIONS:
   --no-mailbox         dapc/sss/iput: clients and servers send active
                        messages only (by default small messages between
                        processes on shared memory go through mailboxes)
+  --mpi-osc LIST       Mode mpi: the Open MPI one-sided components to try
+                       (sm, rdma, ucx, pt2pt; default: those that work on
+                       the transport: all four on shm, ucx and pt2pt on
+                       tcp). Each runs a short probe; each figure is then
+                       measured with the fastest, and its row is named
+                       OP:OSC (mpi_get:ucx)
+  --mpi-timeout S      Mode mpi: every mpirun job ends with an error after
+                       S seconds (default 600; --quick 120)
   --help, --version
 
 Run `tc-bench SCENARIO --help` for a scenario's own options.
@@ -704,11 +718,17 @@ int main(int Argc, char **Argv) {
       O.Pin = false;
     else if (A == "--no-mailbox")
       Mailboxes = false;
+    else if (A == "--mpi-osc")
+      O.MpiOsc = Value(A);
+    else if (A == "--mpi-timeout")
+      O.MpiTimeoutS = static_cast<double>(parseCount(A, Value(A)));
     else
       Rest.push_back(A);
   }
   if (O.Transport != "shm" && O.Transport != "tcp")
     die("bad --transport '" + O.Transport + "' (expected shm or tcp)");
+  if (!O.MpiTimeoutS)
+    O.MpiTimeoutS = O.Quick ? 120 : 600;
   if (O.IfuncPath.empty())
     O.IfuncPath = defaultIfuncPath();
   // Every scenario's servers need the examples: say so once, here, rather

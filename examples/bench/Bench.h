@@ -169,6 +169,8 @@ struct CommonOptions {
   std::string IfuncPath;
   std::string HostsFile;
   bool Pin = true; ///< --no-pin clears it.
+  std::string MpiOsc;        ///< --mpi-osc: mode mpi's candidates
+  double MpiTimeoutS = 0;    ///< --mpi-timeout (set in main)
 };
 
 /// Sets UCX_TLS (and UCX_NET_DEVICES for loopback TCP) for \p Transport

@@ -6,7 +6,9 @@
 //    the client;
 //  - am: the same walk linked into the servers, forwarded as local invokes
 //    (UCX active messages carrying an id and the payload);
-//  - gbpc: the client chases with one UCX GET per hop (tc-gbpc, raw UCX).
+//  - gbpc: the client chases with one UCX GET per hop (tc-gbpc, raw UCX);
+//  - mpi: the same with one MPI_Get + MPI_Win_flush per hop (tc-mpi-rma
+//    under mpirun, Mpi.cpp), the table on server ranks.
 // Chases run one at a time; every end value is checked against the
 // closed-form reference (examples/dapc/dapc_table.h) and the servers' hop
 // counters must add up, before a rate is reported.
@@ -14,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
+#include "Mpi.h"
 
 #include "dapc_chase.h"
 #include "dapc_table.h"
@@ -91,7 +94,7 @@ Child parseAddress(const std::string &HostPort, const std::string &Name) {
 struct Params {
   std::vector<uint64_t> Servers, Depths;
   uint64_t Entries, Count, Seed = DAPC_DEFAULT_SEED;
-  bool Dapc = true, Am = true, Gbpc = true;
+  bool Dapc = true, Am = true, Gbpc = true, Mpi = false;
   bool Sandbox = false; ///< Also dapc on servers run with --exec sandbox.
   bool Pmix = false, ModesGiven = false, ServersGiven = false;
 };
@@ -202,9 +205,11 @@ void parseModes(const std::string &List, Params &P) {
       P.Gbpc = true;
     else if (M == "sandbox")
       P.Sandbox = true;
+    else if (M == "mpi")
+      P.Mpi = true;
     else
       die("bad mode '" + M +
-          "' in --modes (expected dapc, am, gbpc, sandbox)");
+          "' in --modes (expected dapc, am, gbpc, sandbox, mpi)");
   }
 }
 
@@ -221,9 +226,15 @@ OPTIONS:
                    paper used 67108864)
   --count N        Timed chases per point (default 100; --quick 10)
   --seed N         Table seed
-  --modes LIST     Any of dapc,am,gbpc,sandbox (default the first three;
-                   sandbox: dapc again on servers run with --exec sandbox,
-                   rows 'dapc-sandbox', and the ratio to dapc)
+  --modes LIST     Any of dapc,am,gbpc,sandbox,mpi (default the first
+                   three; sandbox: dapc again on servers run with --exec
+                   sandbox, rows 'dapc-sandbox', and the ratio to dapc;
+                   mpi: tc-mpi-rma under mpirun, rank 0 chasing with one
+                   MPI_Get + flush per hop over server ranks holding the
+                   same table, rows 'mpi_get:OSC', and dapc's ratio to
+                   them; with --hosts, server rank I runs in the I-th
+                   namespace, launched by mpirun through a launch agent
+                   that enters it)
   --hosts FILE     Servers elsewhere: lines 'netns NAME ADDR' (started by
                    tc-bench inside that network namespace, see
                    scripts/netns.sh), 'server HOST:PORT' (a running
@@ -286,6 +297,8 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       die("--pmix and --hosts exclude each other");
     if (P.ModesGiven && P.Gbpc)
       die("--pmix runs modes dapc and am (tc-gbpc has no PMIx wire-up)");
+    if (P.Mpi)
+      die("--pmix runs modes dapc and am (mode mpi starts its own mpirun)");
     P.Gbpc = false;
     if (P.ServersGiven && P.Servers.size() != 1)
       die("--pmix takes one --servers count (the job is wired up once)");
@@ -299,6 +312,23 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   long Cores = sysconf(_SC_NPROCESSORS_ONLN);
   std::string Self = selfPath();
   std::vector<Record> Out;
+  // Mode mpi: server rank I + 1 where tc's server I runs.
+  MpiPlace Place;
+  Place.Transport = O.Transport;
+  Place.Pin = false; // As the tc servers: not pinned.
+  for (const Host &H : Hosts) {
+    if (!P.Mpi)
+      break;
+    if (H.Netns.empty())
+      die("mode mpi runs its ranks in the namespaces of 'netns' lines only "
+          "(the hosts file names a running server)");
+    Place.Netns.push_back(H.Netns);
+    // scripts/netns.sh's hosts share one /24.
+    Place.Subnet = H.Addr.substr(0, H.Addr.rfind('.')) + ".0/24";
+  }
+  MpiReference Mpi(Place, O.MpiOsc, O.MpiTimeoutS);
+  if (P.Mpi)
+    Mpi.check();
 
   // --pmix: the client wires up first (the job size tells the servers).
   ClientWorker PmixClient;
@@ -462,6 +492,29 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     for (Child &X : Gb)
       stopServer(X);
       }
+    if (P.Mpi) {
+      // The same chases with MPI_Get, once tc's servers and client are
+      // gone (a UCX worker left unprogressed meanwhile, its peers gone,
+      // can trip over its TCP connections when it is destroyed).
+      auto Arg = [&](uint64_t Count) {
+        std::string Depths;
+        for (uint64_t D : P.Depths)
+          Depths += (Depths.empty() ? "" : ",") + std::to_string(D);
+        return std::vector<std::string>{
+            "--entries", std::to_string(P.Entries), "--seed",
+            std::to_string(P.Seed), "--depths", Depths, "--count",
+            std::to_string(Count)};
+      };
+      for (const Record &X :
+           Mpi.run("dapc", static_cast<int>(S) + 1, Arg(P.Count),
+                   Arg(std::min<uint64_t>(P.Count, 2)),
+                   "dapc " + std::to_string(S) + " servers")) {
+        Out.push_back(X);
+        note("dapc: servers " + std::to_string(S) + " depth " +
+             std::to_string(X.Depth) + " " + X.Mode + ": " +
+             std::to_string(static_cast<long>(X.Value)) + " chases/s");
+      }
+    }
   }
   if (P.Pmix) {
     // The job's closing barrier: the server ranks exit after it.
@@ -494,7 +547,19 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     // What the sandbox costs: how many times faster the plain chaser runs.
     Ratio("dapc", "dapc-sandbox", -1,
           "servers %ld depth %ld: dapc/dapc-sandbox rate %.3f\n");
+    // DAPC over the MPI user's chase (an MPI_Get per hop, rows
+    // mpi_get:OSC), every depth.
+    for (const Record &N : Out)
+      if (N.Mode == "dapc" && N.Metric == "rate_chases")
+        for (const Record &D : Out)
+          if (isMpiMode(D.Mode) && D.Metric == N.Metric &&
+              D.Servers == N.Servers && D.Depth == N.Depth)
+            std::printf("servers %ld depth %ld: dapc/%s rate %.3g\n",
+                        N.Servers, N.Depth, D.Mode.c_str(), N.Value / D.Value);
   }
+  // Which osc components mode mpi tried, and what each measured.
+  if (O.Fmt == Format::Table)
+    std::fputs(Mpi.summary().c_str(), stdout);
   return 0;
 }
 

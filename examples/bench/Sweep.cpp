@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
+#include "Mpi.h"
 
 #include <algorithm>
 #include <array>
@@ -30,10 +31,13 @@ const char *const SweepUsage = R"(USAGE: tc-bench sss|iput [options]
 Server-side sum (sss) or indirect put (iput) over payload sizes (Two-Chains
 Figs. 7-8): one-way latency and message rate of the injected ifunc, the same
 C function linked into the server (local), and the same work written
-straight on UCX active messages (ucx_am: UcxAmSweep.cpp). The table ends with
-the ratios injected/ucx_am and injected/local per size and, with more than
-one round, the spread of the injected rate over the rounds ((max - min) /
-median) beside that of ucx_am.
+straight on UCX active messages (ucx_am: UcxAmSweep.cpp); with mode mpi, the
+same bytes moved by MPI one-sided operations under mpirun (tc-mpi-rma: sss
+MPI_Get of the numbers and the sum at the client, iput MPI_Put; rows
+mpi_get:OSC, mpi_put:OSC; latency is half an operation and its flush). The
+table ends with the ratios injected/ucx_am, injected/local and injected/mpi
+per size and, with more than one round, the spread of the injected rate over
+the rounds ((max - min) / median) beside that of ucx_am.
 
 OPTIONS:
   --sizes LIST   Payload bytes (default 16,64,256,1024,4096,16384,65536;
@@ -42,10 +46,10 @@ OPTIONS:
   --msgs N       Messages per rate point (default 100000; --quick 10000)
   --rounds N     Measure every mode N times per size, one after the other,
                  and report medians (default 3; --quick 1)
-  --modes LIST   Any of injected,local,ucx_am (default: all)
+  --modes LIST   Any of injected,local,ucx_am,mpi (default: all but mpi)
 )";
 
-const char *const SweepModes[] = {"injected", "local", "ucx_am"};
+const char *const SweepModes[] = {"injected", "local", "ucx_am", "mpi"};
 constexpr size_t NumModes = std::size(SweepModes);
 
 /// Sets \p Want[i] for each mode of the ','-separated \p List.
@@ -58,7 +62,7 @@ void pickModes(const std::string &Flag, const std::string &List,
     auto It = std::find(std::begin(Modes), std::end(Modes), M);
     if (It == std::end(Modes))
       die("bad mode '" + M + "' in " + Flag +
-          " (expected injected, local, ucx_am)");
+          " (expected injected, local, ucx_am, mpi)");
     Want[It - std::begin(Modes)] = true;
     Pos = End + 1;
   }
@@ -113,7 +117,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
               : std::vector<uint64_t>{16, 64, 256, 1024, 4096, 16384, 65536};
   uint64_t Iters = O.Quick ? 2000 : 20000, Msgs = O.Quick ? 10000 : 100000;
   uint64_t Rounds = O.Quick ? 1 : 3;
-  bool Want[NumModes] = {true, true, true};
+  bool Want[NumModes] = {true, true, true, false};
   if (!walkArgs(
           Which, Args, SweepUsage,
           [&](const std::string &A, const std::function<std::string()> &Value) {
@@ -140,6 +144,14 @@ int runSweep(const std::string &Which, const CommonOptions &O,
           "(got " + std::to_string(S) + ")");
   selectTransport(O.Transport, /*Loopback=*/true);
   pinClientAndServer(O.Pin);
+  MpiPlace Place;
+  Place.Transport = O.Transport;
+  Place.Pin = ServerCpu >= 0;
+  MpiReference Mpi(Place, O.MpiOsc, O.MpiTimeoutS);
+  if (Want[3])
+    Mpi.check();
+  // Per size, the MPI rows' names (mpi_OP:OSC) for latency and rate.
+  std::vector<std::string> MpiLatMode(Sizes.size()), MpiRateMode(Sizes.size());
 
   bool Tc = Want[0] || Want[1];
   Child Srv;
@@ -201,6 +213,41 @@ int runSweep(const std::string &Which, const CommonOptions &O,
              (Rounds > 1 ? ", round " + std::to_string(Round + 1) : ""));
         Figures &Fig = All[SI][Mode];
         ServerStats St;
+        if (Name == "mpi") {
+          // As for ucx_am: the tc server sleeps, its client is gone.
+          if (Tc) {
+            control(*C, Ep, "bench.idle", nullptr, 0);
+            tc_msg_free(M);
+            M = nullptr;
+            Disconnect();
+          }
+          auto Arg = [&](uint64_t W, uint64_t I, uint64_t N) {
+            return std::vector<std::string>{
+                "--sizes", std::to_string(Size), "--warmup",
+                std::to_string(W), "--iters", std::to_string(I), "--msgs",
+                std::to_string(N)};
+          };
+          // The probe of each osc component: the first round, short.
+          for (const Record &X :
+               Mpi.run(Which, 2, Arg(Warm, Iters, Msgs),
+                       Arg(std::min<uint64_t>(Warm, 50),
+                           std::min<uint64_t>(Iters, 300),
+                           std::min<uint64_t>(Msgs, 2000)),
+                       Which + " " + std::to_string(Size) + " bytes")) {
+            if (X.Metric == "latency_us") {
+              Fig.Latency.push_back(X.Value);
+              MpiLatMode[SI] = X.Mode;
+            } else if (X.Metric == "rate_msgs") {
+              Fig.Rate.push_back(X.Value);
+              MpiRateMode[SI] = X.Mode;
+            }
+          }
+          if (Tc) {
+            Connect();
+            MakeMessage();
+          }
+          continue; // tc-mpi-rma checked every sum or its target's buffer.
+        }
         if (Name == "ucx_am") {
           // The tc server polls on the CPU the reference's server is pinned
           // to: it sleeps until the next bench.reset.
@@ -251,6 +298,8 @@ int runSweep(const std::string &Which, const CommonOptions &O,
         Record R;
         R.Bench = Which;
         R.Mode = SweepModes[Mode];
+        if (Mode == 3)
+          R.Mode = Metric[0] == 'l' ? MpiLatMode[SI] : MpiRateMode[SI];
         R.Metric = Metric;
         R.Value = V;
         R.Unit = Unit;
@@ -299,23 +348,26 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     }
   }
   printRecords(Out, O.Fmt);
-  if (O.Fmt == Format::Table && Want[0] && (Want[1] || Want[2])) {
+  if (O.Fmt == Format::Table && Want[0] && (Want[1] || Want[2] || Want[3])) {
     // "paired": the median over rounds of each round's own ratio; latency
     // ratios are injected/reference (lower is better), rate ratios too
     // (higher is better).
     // With rounds, the rate's spread over them: the injected mode's beside
     // the reference's (the machine's own, measured in the same rounds).
     bool Spread = Rounds > 1;
-    std::printf("\n%-8s %-26s %-26s%s\n", "payload",
+    std::printf("\n%-8s %-26s %-26s%s%s\n", "payload",
                 Want[2] ? "injected/ucx_am lat, rate" : "",
                 Want[1] ? "injected/local lat, rate" : "",
+                Want[3] ? " injected/mpi lat, rate    " : "",
                 !Spread    ? ""
                 : Want[2] ? " rate spread % injected, ucx_am"
                           : " rate spread % injected");
     for (size_t SI = 0; SI < Sizes.size(); ++SI) {
       const auto &Fig = All[SI];
       std::printf("%-8llu", static_cast<unsigned long long>(Sizes[SI]));
-      for (size_t Ref : {size_t(2), size_t(1)}) {
+      for (size_t Ref : {size_t(2), size_t(1), size_t(3)}) {
+        if (Ref == 3 && !Want[Ref])
+          continue;
         if (!Want[Ref]) {
           std::printf(" %-26s", "");
           continue;
@@ -334,6 +386,9 @@ int runSweep(const std::string &Which, const CommonOptions &O,
       std::printf("\n");
     }
   }
+  // Which osc components mode mpi tried, and what each measured.
+  if (O.Fmt == Format::Table)
+    std::fputs(Mpi.summary().c_str(), stdout);
   return 0;
 }
 

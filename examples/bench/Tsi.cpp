@@ -10,11 +10,13 @@
 //    keeps one loaded; the probes fca/fcb alternate), measured to the pong.
 // Two references are measured in the same run: TSI written straight on UCX
 // active messages (ucx_am, UcxAm.cpp), and ucx_perftest's own AM figures
-// (when it is installed), whose handler does no work.
+// (when it is installed), whose handler does no work. Mode mpi adds the
+// increments done with MPI one-sided operations under mpirun (Mpi.cpp).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Bench.h"
+#include "Mpi.h"
 #include "Stamps.h"
 
 #include <algorithm>
@@ -628,8 +630,12 @@ OPTIONS:
                   mailbox (cached over reactive mailboxes), uncached, object,
                   sandbox (cached on a --exec sandbox server), ucx_am,
                   ucx_put (a raw UCX put ping-pong), ucx_perftest,
-                  first-contact, stall (default: all; mailbox and ucx_put
-                  need shared memory)
+                  first-contact, stall (default: all of these; mailbox and
+                  ucx_put need shared memory), and mpi: TSI with MPI
+                  one-sided operations under mpirun (tc-mpi-rma: rows
+                  mpi_acc:OSC, MPI_Accumulate + MPI_Win_flush, and
+                  mpi_fop:OSC, MPI_Fetch_and_op; latency is half an
+                  operation and its flush; only when asked for)
   --stall-msgs N  stall: messages of the cached stream, alone and then
                   next to the other client (default 5000; --quick 1000)
   --pace-us N     stall: the cached stream sends a message every N us
@@ -655,7 +661,7 @@ OPTIONS:
 const char *const AllModes[] = {
     "am",      "cached", "cached-unbatched", "mailbox",      "uncached",
     "object",  "sandbox", "ucx_am",          "ucx_put",      "ucx_perftest",
-    "first-contact", "stall"};
+    "first-contact", "stall", "mpi"};
 
 std::vector<std::string> parseModes(const std::string &List) {
   std::vector<std::string> Out;
@@ -705,7 +711,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   TsiRun R{O, {}, {}};
   R.N = O.Quick ? Sizes{2000, 20000, 200000, 10, 3, 1000}
                 : Sizes{10000, 100000, 1000000, 50, 5, 5000};
-  std::vector<std::string> Modes(std::begin(AllModes), std::end(AllModes));
+  // Every mode but mpi (which needs Open MPI) unless asked for.
+  std::vector<std::string> Modes(std::begin(AllModes),
+                                 std::end(AllModes) - 1);
   bool NoPerftest = false, SyncCompile = false, StallSpin = false;
   uint64_t PaceUs = 200, ChurnMs = 5;
   if (!walkArgs(
@@ -755,6 +763,12 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (pinClientAndServer(O.Pin))
     note("tsi: server on CPU " + std::to_string(ServerCpu) + ", client on CPU " +
          std::to_string(ClientCpu));
+  MpiPlace Place;
+  Place.Transport = O.Transport;
+  Place.Pin = ServerCpu >= 0;
+  MpiReference Mpi(Place, O.MpiOsc, O.MpiTimeoutS);
+  if (Want("mpi"))
+    Mpi.check();
   std::string Self = selfPath();
   auto Serve = [&](std::vector<std::string> Extra, const std::string &Name) {
     std::vector<std::string> A = {Self, "serve", "--listen", "127.0.0.1:0",
@@ -851,6 +865,22 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       R.add("ucx_put", "frame_bytes", double(Size), "bytes");
       Stamps.report(R, "ucx_put", Lat);
     }
+    if (Want("mpi")) {
+      // The same increments with MPI one-sided operations, no tc server
+      // running: a short probe of each osc component in the first round.
+      auto Arg = [](uint64_t W, uint64_t I, uint64_t M) {
+        return std::vector<std::string>{"--warmup", std::to_string(W),
+                                        "--iters", std::to_string(I),
+                                        "--msgs", std::to_string(M)};
+      };
+      for (Record &X : Mpi.run(
+               "tsi", 2, Arg(R.N.Warmup, R.N.LatencyIters, R.N.RateMsgs),
+               Arg(std::min<uint64_t>(R.N.Warmup, 50),
+                   std::min<uint64_t>(R.N.LatencyIters, 300),
+                   std::min<uint64_t>(R.N.RateMsgs, 2000)),
+               "tsi"))
+        R.Out.push_back(X);
+    }
     // UCX's messages are the size of a cached frame (which is the same for
     // every steady mode but uncached; see docs/wire-format.md).
     double CachedBytes = 4;
@@ -890,6 +920,27 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       pairedRatio(R.Out, First, "sandbox", "cached", "latency_us");
   double SandboxRate =
       pairedRatio(R.Out, First, "cached", "sandbox", "rate_msgs");
+  // tc's cached and mailbox modes over each MPI row (mpi_OP:OSC).
+  struct MpiPair {
+    std::string Tc, Mpi, Metric;
+    double Paired;
+  };
+  std::vector<MpiPair> MpiPairs;
+  for (size_t I = First; I < R.Out.size(); ++I) {
+    const Record &X = R.Out[I];
+    if (!isMpiMode(X.Mode) ||
+        (X.Metric != "latency_us" && X.Metric != "rate_msgs"))
+      continue;
+    for (const char *Tc : {"cached", "mailbox"}) {
+      bool Seen = false;
+      for (const MpiPair &Q : MpiPairs)
+        Seen |= Q.Tc == Tc && Q.Mpi == X.Mode && Q.Metric == X.Metric;
+      if (!Seen)
+        MpiPairs.push_back(
+            {Tc, X.Mode, X.Metric,
+             pairedRatio(R.Out, First, Tc, X.Mode, X.Metric)});
+    }
+  }
   medianOfRounds(R.Out, First);
   // --json and --csv carry the paired ratios as records of their own, mode
   // NUM/DEN, unit "x" (scripts/bench-tables.py renders them); the table
@@ -975,6 +1026,14 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
       std::printf("\nsandbox/cached latency %.3f (paired), cached/sandbox "
                   "rate %.3f (paired)",
                   SandboxLat, SandboxRate);
+    // Against MPI RMA: tc/MPI for latencies (below 1: tc is faster), rates
+    // likewise (above 1: tc is faster).
+    for (const MpiPair &Q : MpiPairs)
+      if (double Tc = Find(Q.Tc, Q.Metric))
+        std::printf("\n%s/%s %s %.3f (paired %.3f)", Q.Tc.c_str(),
+                    Q.Mpi.c_str(),
+                    Q.Metric == "latency_us" ? "latency" : "rate",
+                    Tc / Find(Q.Mpi, Q.Metric), Q.Paired);
     std::printf("\n");
   }
   if (O.Fmt == Format::Table && Want("stall"))
@@ -982,6 +1041,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
                 "without: %.3f compiling off the progress thread, %.3f on it "
                 "(stall, stall-sync: medians of the rounds' ratios)\n",
                 Find("stall", "p99_ratio"), Find("stall-sync", "p99_ratio"));
+  // Which osc components mode mpi tried, and what each measured.
+  if (O.Fmt == Format::Table)
+    std::fputs(Mpi.summary().c_str(), stdout);
   return 0;
 }
 

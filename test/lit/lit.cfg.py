@@ -18,7 +18,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
 tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
-tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "llvm-as", "llvm-dis", "llvm-bcanalyzer", "llvm-objdump", "llc", "opt",
+tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "tc-mpi-rma", "llvm-as", "llvm-dis", "llvm-bcanalyzer", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
     tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
@@ -63,6 +63,9 @@ if config.tc_with_pmix and shutil.which("mpirun"):
 config.substitutions.append(("%mpirun", '"%s"' % os.path.join(
     config.test_source_root, "Inputs", "mpirun.sh")))
 # --- end PMIx
+# tc-bench's mode mpi: tc-mpi-rma (built when MPI is found) and mpirun.
+if config.tc_have_mpi_rma and shutil.which("mpirun"):
+    config.available_features.add("mpi")
 
 # --- Slurm (issue #36): jobs started by srun --mpi=pmix in a one-node
 # cluster that scripts/slurm-local.sh starts for each test and stops after
