@@ -193,6 +193,11 @@ static std::string clangPath(StringRef TCIncludeDir) {
   return std::string(Prefix);
 }
 
+ClangSession::ClangSession(const DriverOptions &Opts, llvm::LLVMContext &Ctx,
+                           std::string TCIncludeDir)
+    : Opts(Opts), Ctx(Ctx), TCIncludeDir(std::move(TCIncludeDir)),
+      ClangPath(clangPath(this->TCIncludeDir)) {}
+
 namespace {
 
 /// What one compile's driver run produced: the cc1 job and the invocation
@@ -222,7 +227,7 @@ static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
                              bool Print, bool ForHeaders = false) {
   const DriverOptions &O = S.Opts;
   bool GPU = Triple(T.Triple).isNVPTX();
-  std::string ClangPath = clangPath(S.TCIncludeDir);
+  const std::string &ClangPath = S.ClangPath;
   clang::driver::Driver D(ClangPath, T.Triple, Diags, "tc-cc");
   D.setCheckInputsExist(true);
   std::vector<std::string> Storage = {ClangPath, "--target=" + T.Triple};
@@ -282,7 +287,8 @@ static Expected<Job> makeJob(ClangSession &S, const CompileTarget &T,
   const opt::ArgStringList &CC1 = J.Cmd->getArguments();
   J.CI = std::make_shared<clang::CompilerInvocation>();
   if (!clang::CompilerInvocation::CreateFromArgs(
-          *J.CI, ArrayRef<const char *>(CC1).drop_front(), Diags, Argv[0]))
+          *J.CI, ArrayRef<const char *>(CC1).drop_front(), Diags,
+          S.ClangPath.c_str()))
     return make_error<DiagnosedError>();
   return std::move(J);
 }
@@ -377,7 +383,7 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
     adoptHostHeaders(*CI, *H->CI, Diags);
     if (Print) {
       // The cc1 command this compile runs, host headers and macros included.
-      errs() << " \"" << clangPath(S.TCIncludeDir) << "\"";
+      errs() << " \"" << S.ClangPath << "\"";
       for (const std::string &A : CI->getCC1CommandLine()) {
         errs() << " ";
         sys::printArg(errs(), A, /*Quote=*/true);

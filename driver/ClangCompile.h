@@ -37,12 +37,15 @@ public:
 /// What the compiles of one tc-cc run share.
 struct ClangSession {
   ClangSession(const DriverOptions &Opts, llvm::LLVMContext &Ctx,
-               std::string TCIncludeDir)
-      : Opts(Opts), Ctx(Ctx), TCIncludeDir(std::move(TCIncludeDir)) {}
+               std::string TCIncludeDir);
 
   const DriverOptions &Opts;
   llvm::LLVMContext &Ctx;
   std::string TCIncludeDir; ///< Holds tc/ifunc.h; added as -I.
+  /// The clang path given to clang's driver (it finds the resource headers
+  /// from it). Every compile's invocation keeps a pointer to it (its
+  /// CodeGenOptions::Argv0), so it lives as long as the session.
+  std::string ClangPath;
   /// Every source and header read, for every target (the depfile).
   std::set<std::string> Dependencies;
   /// Standard input (the input `-`), read once for all targets.
