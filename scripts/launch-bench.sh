@@ -117,13 +117,14 @@ launch() {
   fi
 }
 
-# mpirun's output per rank (--output-filename D: D/1/rank.R/std{out,err})
-# as D/rank.R.{out,err}, the layout srun writes.
+# mpirun's output per rank (--output-filename D: D/1/rank.R/std{out,err},
+# R zero-padded to the width of the largest rank) as D/rank.R.{out,err},
+# the layout srun writes.
 flatten_mpirun() {
   local d=$1 r f
   for f in "$d"/mpirun/*/rank.*; do
     [[ -d $f ]] || continue
-    r=${f##*/rank.}
+    r=$((10#${f##*/rank.}))
     [[ -f $f/stdout ]] && mv "$f/stdout" "$d/rank.$r.out"
     [[ -f $f/stderr ]] && mv "$f/stderr" "$d/rank.$r.err"
   done
