@@ -488,7 +488,8 @@ def mpi_row(rs, op, metric, **params):
 
 
 def render_mpi_rma(data):
-    rows, target = [], []
+    # Ratios here span 0.001x to 1,000x: three significant digits.
+    rows, target = [], {}
     for stem, bench, transport in MPI_RUNS:
         rs = data.records(stem)
         tcs = [m for m in MPI_TC[bench] if rs.has_mode(m)]
@@ -516,11 +517,12 @@ def render_mpi_rma(data):
                         rows.append([bench, transport, label, "`%s`" % tc,
                                      "`%s`" % m if m else "-", "-", "-",
                                      "%s / %s" % (sig(a), sig(b)),
-                                     ratio(div(a, b))])
+                                     sig(div(a, b))])
                         if transport.endswith("netns hosts") and \
                                 params["depth"] >= MPI_TARGET_DEPTH and \
                                 div(a, b) is not None:
-                            target.append((div(a, b), params))
+                            target.setdefault(params["servers"], []).append(
+                                (div(a, b), params["depth"]))
                         continue
                     lat = mpi_row(rs, op, "latency_us", **params)
                     rt = mpi_row(rs, op, "rate_msgs", **params)
@@ -534,27 +536,31 @@ def render_mpi_rma(data):
                         "%s / %s" % (sig(rs.get(tc, "latency_us", **params)),
                                      sig(rs.get(lat, "latency_us", **params)
                                          if lat else None)),
-                        ratio(rs.get("%s/%s" % (tc, lat), "latency_ratio",
-                                     **params) if lat else None),
+                        sig(rs.get("%s/%s" % (tc, lat), "latency_ratio",
+                                   **params) if lat else None),
                         "%s / %s" % (rate(rs.get(tc, "rate_msgs", **params)),
                                      rate(rs.get(rt, "rate_msgs", **params)
                                           if rt else None)),
-                        ratio(rs.get("%s/%s" % (tc, rt), "rate_ratio",
-                                     **params) if rt else None)])
+                        sig(rs.get("%s/%s" % (tc, rt), "rate_ratio",
+                                   **params) if rt else None)])
     lines = table(["benchmark", "transport", "point", "tc", "MPI (OP:OSC)",
                    "latency (us): tc / MPI", "tc/MPI latency",
                    "rate (per s): tc / MPI", "tc/MPI rate"], rows)
     lines.append("")
     if target:
-        least, at = min(target, key=lambda t: t[0])
+        # Per server count: one server keeps the whole chase at the data,
+        # two or more send hops across the network.
+        said = []
+        for servers in sorted(target):
+            least, depth = min(target[servers])
+            said.append("with %d server%s %s (the least %sx, at depth %s)"
+                        % (servers, "" if servers == 1 else "s",
+                           "met" if least >= MPI_TARGET else "missed",
+                           sig(least), count(depth)))
         lines.append(
             "Issue #36's target, dapc >= %.0fx the best MPI_Get chase across "
-            "network-namespace hosts at depth >= %d: %s in this run (the "
-            "least %.2fx, %d server%s at depth %s)."
-            % (MPI_TARGET, MPI_TARGET_DEPTH,
-               "met" if least >= MPI_TARGET else "missed", least,
-               at["servers"], "" if at["servers"] == 1 else "s",
-               count(at["depth"])))
+            "network-namespace hosts at depth >= %d, in this run: %s."
+            % (MPI_TARGET, MPI_TARGET_DEPTH, "; ".join(said)))
     else:
         lines.append("Issue #36's target (dapc >= %.0fx the best MPI_Get "
                      "chase across network-namespace hosts at depth >= %d): "
