@@ -5,8 +5,11 @@
 #
 #   scripts/slurm-local.sh run --new -- bash scripts/launch-bench.sh [OPTIONS]
 #
-# For each rank count N (--ranks, default 2,4,8,16), --jobs times (default
-# 5), the two launchers one after the other (which goes first alternates):
+# Options: --ranks LIST (default 2,4,8,16), --jobs N (5), --build DIR (the
+# repository's build), --dapc ARGS | --no-dapc, --keep DIR, --timeout S.
+#
+# For each rank count N (--ranks), --jobs times, the two launchers one after
+# the other (which goes first alternates):
 #
 #   mpirun -n N tc-mpi-chase -v --barriers 100 --chases 20
 #   srun --mpi=pmix -n N --overcommit tc-mpi-chase -v --barriers 100 --chases 20
