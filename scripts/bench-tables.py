@@ -3,6 +3,7 @@
 
     scripts/bench-tables.py [--data DIR] DOC [-o OUT]
     scripts/bench-tables.py --check DOC
+    scripts/bench-tables.py --data DIR --table NAME
 
 DOC holds one pair of markers per table,
 
@@ -17,11 +18,14 @@ command, shown above the table) and NAME.run (tc's commit, the load average
 when it began, its wall time: shown under the command); machine.json (the
 machine, with the runs' total time); plots/NAME/*.png (linked below the
 table, relative to DOC). The result is written back to DOC, to OUT, or to
-stdout with `-o -`. Tables that no benchmark writes yet (PENDING) get a line
-that says so.
+stdout with `-o -`. The GPU table comes from runs saved on another machine
+(scripts/gpu-check.sh: gpu-*.json, gpu-*.cmd, gpu-*.run, gpu-device.json);
+without them it says that it has not been measured and how to fill it. The
+machine line counts the runs of this machine only (not gpu-*).
 
 --check only verifies DOC's markers: every table's pair present once, in
-order, and no marker names an unknown table.
+order, and no marker names an unknown table. --table prints the one table
+NAME rendered from DIR on stdout (plots linked relative to DIR's parent).
 
 The form of the output depends on nothing but the data: rows and columns come
 in a fixed order, figures are rounded to fixed precision, a figure that is
@@ -112,11 +116,15 @@ class Data:
             raise Error("%s: seconds is not a number"
                         % self.path(stem + ".run"))
 
+    def exists(self, name):
+        return os.path.exists(self.path(name))
+
     def runs(self):
-        """Every NAME.run in the directory, by name."""
+        """Every NAME.run in the directory, by name, but the GPU machine's
+        (gpu-*)."""
         try:
             names = sorted(n[:-4] for n in os.listdir(self.root)
-                           if n.endswith(".run"))
+                           if n.endswith(".run") and not n.startswith("gpu-"))
         except OSError as e:
             raise Error("%s: cannot read: %s" % (self.root, e.strerror))
         return [self.run(n) for n in names]
@@ -228,15 +236,22 @@ def size(v):
 
 # --- The tables ---------------------------------------------------------------
 
-def block(data, stems, lines):
-    """A table's block: its command(s), the lines, its plots."""
+def block(data, stems, lines, listed=False):
+    """A table's block: its command(s), the lines, its plots. LISTED: the
+    commands as one list, for a table of many runs."""
     out = []
     for stem in stems:
         r = data.run(stem)
+        how = "(tc at %s; load average %s at the start; %d s)" % (
+            r["commit"], r["load"], r["seconds"])
+        if listed:
+            out.append("- `%s` %s" % (data.command(stem), how))
+            continue
         out.append("`%s`" % data.command(stem))
         out.append("")
-        out.append("(tc at %s; load average %s at the start; %d s)"
-                   % (r["commit"], r["load"], r["seconds"]))
+        out.append(how)
+        out.append("")
+    if listed:
         out.append("")
     out.extend(lines)
     links = [p for stem in stems for p in data.plots(stem)]
@@ -437,6 +452,220 @@ def render_launch(data):
          "mpirun (chases/s)", "mpirun/hosts file"], rows))
 
 
+# MPI RMA: the runs, each a benchmark over one transport, in table order.
+MPI_RUNS = (("mpi-tsi", "tsi", "shm"), ("mpi-tsi-tcp", "tsi", "tcp, loopback"),
+            ("mpi-sss", "sss", "shm"), ("mpi-sss-tcp", "sss", "tcp, loopback"),
+            ("mpi-iput", "iput", "shm"),
+            ("mpi-iput-tcp", "iput", "tcp, loopback"),
+            ("mpi-dapc", "dapc", "shm"),
+            ("mpi-dapc-tcp", "dapc", "tcp, loopback"),
+            ("mpi-dapc-netns", "dapc", "tcp, netns hosts"))
+# The tc modes set beside MPI, per benchmark.
+MPI_TC = {"tsi": ("cached", "mailbox"), "sss": ("injected",),
+          "iput": ("injected",), "dapc": ("dapc",)}
+# Issue #36's target: across network-namespace hosts, dapc at least this
+# many times the best MPI_Get chase, at depths from MPI_TARGET_DEPTH on.
+MPI_TARGET, MPI_TARGET_DEPTH = 3.0, 64
+
+
+def mpi_ops(rs):
+    """The MPI operations of a run (mpi_acc, mpi_fop, ...), in record order."""
+    out = []
+    for r in rs.rs:
+        op = r["mode"].split(":")[0]
+        if r["mode"].startswith("mpi_") and op not in out:
+            out.append(op)
+    return out
+
+
+def mpi_row(rs, op, metric, **params):
+    """The row (OP:OSC) that carries OP's METRIC at PARAMS, or None."""
+    for r in rs.rs:
+        if r["mode"].startswith(op + ":") and r["metric"] == metric and \
+                all(r.get(k) == v for k, v in params.items()):
+            return r["mode"]
+    return None
+
+
+def render_mpi_rma(data):
+    # Ratios here span 0.001x to 1,000x: three significant digits.
+    rows, target = [], {}
+    for stem, bench, transport in MPI_RUNS:
+        rs = data.records(stem)
+        tcs = [m for m in MPI_TC[bench] if rs.has_mode(m)]
+        if bench == "dapc":
+            points = [({"servers": s, "depth": d},
+                       "%s server%s, depth %s" % (count(s), "" if s == 1
+                                                  else "s", count(d)))
+                      for s, d in dapc_points(rs, "dapc")]
+        elif bench == "tsi":
+            points = [({}, "increment")]
+        else:
+            points = [({"payload_bytes": p}, size(p) + " B" if p < 1024
+                       else size(p))
+                      for p in rs.values("payload_bytes",
+                                         metric="latency_us")]
+        for params, label in points:
+            for tc in tcs:
+                for op in mpi_ops(rs):
+                    if bench == "dapc":
+                        m = mpi_row(rs, op, "rate_chases", **params)
+                        a = rs.get(tc, "rate_chases", **params)
+                        b = rs.get(m, "rate_chases", **params) if m else None
+                        if a is None and b is None:
+                            continue
+                        rows.append([bench, transport, label, "`%s`" % tc,
+                                     "`%s`" % m if m else "-", "-", "-",
+                                     "%s / %s" % (sig(a), sig(b)),
+                                     sig(div(a, b))])
+                        if transport.endswith("netns hosts") and \
+                                params["depth"] >= MPI_TARGET_DEPTH and \
+                                div(a, b) is not None:
+                            target.setdefault(params["servers"], []).append(
+                                (div(a, b), params["depth"]))
+                        continue
+                    lat = mpi_row(rs, op, "latency_us", **params)
+                    rt = mpi_row(rs, op, "rate_msgs", **params)
+                    if not lat and not rt:
+                        continue
+                    name = lat or rt
+                    if lat and rt and rt != lat:
+                        name += ", :" + rt.split(":", 1)[1]
+                    rows.append([
+                        bench, transport, label, "`%s`" % tc, "`%s`" % name,
+                        "%s / %s" % (sig(rs.get(tc, "latency_us", **params)),
+                                     sig(rs.get(lat, "latency_us", **params)
+                                         if lat else None)),
+                        sig(rs.get("%s/%s" % (tc, lat), "latency_ratio",
+                                   **params) if lat else None),
+                        "%s / %s" % (rate(rs.get(tc, "rate_msgs", **params)),
+                                     rate(rs.get(rt, "rate_msgs", **params)
+                                          if rt else None)),
+                        sig(rs.get("%s/%s" % (tc, rt), "rate_ratio",
+                                   **params) if rt else None)])
+    lines = table(["benchmark", "transport", "point", "tc", "MPI (OP:OSC)",
+                   "latency (us): tc / MPI", "tc/MPI latency",
+                   "rate (per s): tc / MPI", "tc/MPI rate"], rows)
+    lines.append("")
+    if target:
+        # Per server count: one server keeps the whole chase at the data,
+        # two or more send hops across the network.
+        said = []
+        for servers in sorted(target):
+            least, depth = min(target[servers])
+            said.append("with %d server%s %s (the least %sx, at depth %s)"
+                        % (servers, "" if servers == 1 else "s",
+                           "met" if least >= MPI_TARGET else "missed",
+                           sig(least), count(depth)))
+        lines.append(
+            "Issue #36's target, dapc >= %.0fx the best MPI_Get chase across "
+            "network-namespace hosts at depth >= %d, in this run: %s."
+            % (MPI_TARGET, MPI_TARGET_DEPTH, "; ".join(said)))
+    else:
+        lines.append("Issue #36's target (dapc >= %.0fx the best MPI_Get "
+                     "chase across network-namespace hosts at depth >= %d): "
+                     "not measured in this run." % (MPI_TARGET,
+                                                    MPI_TARGET_DEPTH))
+    return block(data, [r[0] for r in MPI_RUNS], lines, listed=True)
+
+
+def render_slurm_launch(data):
+    rs = data.records("slurm-launch")
+    launchers = ("mpirun", "srun")
+
+    def both(metric, fmt, **params):
+        return " / ".join(fmt(rs.get(l, metric, **params)) for l in launchers)
+    rows = []
+    for n in rs.values("ranks", bench="launch", metric="job_ms"):
+        jobs = [rs.get(l, "jobs", ranks=n) for l in launchers]
+        rows.append([count(n), count(jobs[0]) if jobs[0] == jobs[1] else
+                     " / ".join(count(j) for j in jobs),
+                     both("job_ms", sig, ranks=n),
+                     ratio(rs.get("srun/mpirun", "job_ratio", ranks=n)),
+                     both("wireup_max_ms", sig, ranks=n),
+                     both("wireup_min_ms", sig, ranks=n),
+                     ratio(rs.get("srun/mpirun", "wireup_max_ratio",
+                                  ranks=n)),
+                     both("fence_ms", sig, ranks=n),
+                     both("chases_ms", sig, ranks=n)])
+    lines = table(["ranks", "jobs", "job (ms): mpirun / srun",
+                   "srun/mpirun job", "wire-up, slowest rank (ms)",
+                   "wire-up, fastest rank (ms)", "srun/mpirun wire-up",
+                   "fence (ms)", "20 chases (ms)"], rows)
+    rows = []
+    for s, d in dapc_points(rs, "dapc"):
+        for mode in ("dapc", "am"):
+            m, sr = (rs.get(mode, "rate_chases", servers=s, depth=d,
+                            launcher=l) for l in launchers)
+            if m is None and sr is None:
+                continue
+            rows.append([count(s), count(d), "`%s`" % mode, sig(m), sig(sr),
+                         ratio(div(sr, m))])
+    if rows:
+        lines += [""]
+        lines += table(["servers", "depth", "mode", "mpirun (chases/s)",
+                        "srun (chases/s)", "srun/mpirun"], rows)
+        lines += ["", "The DAPC jobs, start to exit: %s ms under mpirun, %s "
+                  "ms under srun." % tuple(
+                      sig(rs.get(l, "job_ms", launcher=l))
+                      for l in launchers)]
+    return block(data, ["slurm-launch"], lines)
+
+
+GPU_RUNS = ("gpu-tsi", "gpu-sss")
+GPU_NOT_MEASURED = (
+    "Not measured yet: docs/bench/ holds no GPU run (the machine above has "
+    "no GPU). On a machine with an NVIDIA GPU, `bash scripts/gpu-check.sh "
+    "tc-VERSION-x86_64-linux.tar.xz --full --save DIR` runs both benchmarks "
+    "and saves their output in DIR; copy DIR/* into docs/bench/ and run "
+    "`bash scripts/bench-tables.sh --render`.")
+
+
+def render_gpu(data):
+    stems = [s for s in GPU_RUNS if data.exists(s + ".json")]
+    if not stems:
+        return [GPU_NOT_MEASURED]
+    dev = data.json("gpu-device.json")
+    if not isinstance(dev, dict) or not isinstance(dev.get("device"), str):
+        raise Error("%s: expected the device"
+                    % data.path("gpu-device.json"))
+    lines = ["Device: %s%s." % (dev["device"], "; bundle %s" % dev["bundle"]
+                                if dev.get("bundle") else ""), ""]
+    rows = []
+    if "gpu-tsi" in stems:
+        t = data.records("gpu-tsi")
+        for label, a, b in (
+                ("tsi round trip p50 (us)", t.get("gpu", "round_trip_p50"),
+                 t.get("cuda_raw", "round_trip_p50")),
+                ("tsi round trip p99 (us)", t.get("gpu", "round_trip_p99"),
+                 t.get("cuda_raw", "round_trip_p99"))):
+            rows.append([label, sig(a), sig(b), ratio(div(a, b))])
+        a, b = t.get("gpu", "rate"), t.get("cuda_raw", "rate")
+        rows.append(["tsi rate (msgs/s)", rate(a), rate(b), ratio(div(a, b))])
+        a = t.get("first_contact", "cold_load")
+        b = t.get("first_contact", "driver_jit")
+        rows.append(["first contact: the target's load / the driver's JIT "
+                     "(ms)", sig(a), sig(b), ratio(div(a, b))])
+        rows.append(["first contact: round trip (ms)",
+                     sig(t.get("first_contact", "cold_round_trip")), "-",
+                     "-"])
+        rows.append(["the driver's first JIT in a process (ms)", "-",
+                     sig(t.get("first_contact", "driver_first_jit")), "-"])
+        rows.append(["load from the disk cache (ms)",
+                     sig(t.get("first_contact", "disk_cache_load")), "-",
+                     "-"])
+    if "gpu-sss" in stems:
+        g = data.records("gpu-sss")
+        a = g.get("gpu", "bandwidth")
+        b = g.get("cuda_memcpy_dtod", "bandwidth_read_write")
+        rows.append(["sss bandwidth (GB/s)", sig(a), sig(b),
+                     ratio(div(a, b))])
+    lines += table(["figure", "tc (`gpu`)",
+                    "CUDA driver (`cuda_raw`, `cuMemcpyDtoDAsync`)",
+                    "tc / driver"], rows)
+    return block(data, stems, lines)
+
+
 TABLES = {
     "machine": machine,
     "tsi": render_tsi,
@@ -447,16 +676,9 @@ TABLES = {
     "dapc": render_dapc,
     "sandbox": render_sandbox,
     "launch": render_launch,
-}
-
-# Places kept for tables that no benchmark writes yet.
-PENDING = {
-    "slurm-launch": "Not generated yet: the DAPC launch comparison does not "
-                    "run under srun --mpi=pmix (scripts/slurm-local.sh "
-                    "starts a one-node Slurm cluster).",
-    "mpi-rma": "Not generated yet: no benchmark measures tc against MPI "
-               "RMA.",
-    "gpu": "Not generated yet: no benchmark runs on a GPU.",
+    "slurm-launch": render_slurm_launch,
+    "mpi-rma": render_mpi_rma,
+    "gpu": render_gpu,
 }
 
 MARKER = re.compile(r"^<!-- (BEGIN|END) bench-table ([a-z0-9-]+) -->$")
@@ -473,7 +695,7 @@ def blocks(lines, doc):
                 raise Error("%s:%d: malformed marker" % (doc, i + 1))
             continue
         kind, name = m.groups()
-        if name not in TABLES and name not in PENDING:
+        if name not in TABLES:
             raise Error("%s:%d: unknown table '%s'" % (doc, i + 1, name))
         if kind == "BEGIN":
             if open_:
@@ -490,7 +712,7 @@ def blocks(lines, doc):
         raise Error("%s:%d: BEGIN %s without its END" % (doc, open_[1] + 1,
                                                          open_[0]))
     seen = [b[0] for b in out]
-    for name in list(TABLES) + list(PENDING):
+    for name in TABLES:
         n = seen.count(name)
         if n != 1:
             raise Error("%s: table '%s' has %s" % (
@@ -503,9 +725,7 @@ def render(lines, doc, data):
     out, last = [], 0
     for name, begin, end in blocks(lines, doc):
         out.extend(lines[last:begin + 1])
-        body = PENDING[name] if name in PENDING else None
-        body = [body] if body else TABLES[name](data)
-        out.extend(line + "\n" for line in body)
+        out.extend(line + "\n" for line in TABLES[name](data))
         out.append(lines[end])
         last = end + 1
     out.extend(lines[last:])
@@ -517,14 +737,31 @@ def main():
         prog="bench-tables.py",
         description="Render the tables of docs/benchmarks.md from saved "
                     "tc-bench --json output.")
-    ap.add_argument("doc", metavar="DOC")
+    ap.add_argument("doc", metavar="DOC", nargs="?")
     ap.add_argument("--data", metavar="DIR",
                     help="the saved runs (default: DOC's directory/bench)")
+    ap.add_argument("--table", metavar="NAME",
+                    help="print only table NAME rendered from DIR")
     ap.add_argument("-o", metavar="OUT", dest="out",
                     help="write here instead of DOC ('-': stdout)")
     ap.add_argument("--check", action="store_true",
                     help="only check DOC's markers")
     a = ap.parse_args()
+    if a.table is not None:
+        if a.doc or not a.data or a.check or a.out:
+            ap.error("--table NAME takes --data DIR and nothing else")
+        if a.table not in TABLES:
+            fail("unknown table '%s' (expected one of: %s)"
+                 % (a.table, ", ".join(TABLES)))
+        try:
+            parent = os.path.dirname(os.path.abspath(a.data))
+            body = TABLES[a.table](Data(a.data, parent))
+        except Error as e:
+            fail(str(e))
+        sys.stdout.write("".join(line + "\n" for line in body))
+        return
+    if not a.doc:
+        ap.error("DOC is required")
     try:
         try:
             with open(a.doc, encoding="utf-8") as f:

@@ -13,14 +13,23 @@
 # between the markers of docs/benchmarks.md (scripts/bench-tables.py).
 # --only runs the named runs alone (a comma-separated subset of the names
 # below) and renders from them and the saved rest. --quick passes --quick to
-# the tsi, sss and iput runs (smaller sweeps, fewer messages and rounds; the
-# command above each table says so): for a machine too loaded for the full
-# runs (sss at 64 KiB times out there), not for the tables to keep. --render
-# runs nothing: it draws and renders from the saved files only.
+# the tsi, sss and iput runs and to their mpi-* runs over shared memory
+# (smaller sweeps, fewer messages and rounds; the command above each table
+# says so): for a machine too loaded for the full runs (sss at 64 KiB times
+# out there), not for the tables to keep. --render runs nothing: it draws
+# and renders from the saved files only.
 #
 # Runs: tsi, tsi-breakdown, first-contact, sss, iput, sandbox-tsi,
 # sandbox-dapc, dapc (TCP between network namespaces: scripts/netns.sh, as
-# root), launch-hosts and launch-mpirun (Open MPI's mpirun with PMIx).
+# root), launch-hosts and launch-mpirun (Open MPI's mpirun with PMIx),
+# slurm-launch (scripts/launch-bench.sh in a one-node Slurm cluster of its
+# own, scripts/slurm-local.sh, as root), and the MPI RMA runs (tc-bench's
+# mode mpi: tc-mpi-rma under mpirun): mpi-tsi, mpi-sss, mpi-iput and
+# mpi-dapc over shared memory, the same with -tcp over loopback TCP (tsi,
+# sss and iput with --quick there: MPI's TCP paths are slow enough to make
+# the full runs long), and mpi-dapc-netns across network namespaces (as
+# root). The GPU table's runs come from scripts/gpu-check.sh on a machine
+# with a GPU (docs/bench/gpu-*: copied in, never run here).
 # docs/benchmarks.md shows each run's time and their total. A run that fails
 # stops the script (exit 1) and leaves the saved files of the runs before it.
 set -euo pipefail
@@ -48,7 +57,7 @@ while (($#)); do
   esac
 done
 
-readonly RUNS="tsi tsi-breakdown first-contact sss iput sandbox-tsi sandbox-dapc dapc launch-hosts launch-mpirun"
+readonly RUNS="tsi tsi-breakdown first-contact sss iput sandbox-tsi sandbox-dapc dapc launch-hosts launch-mpirun slurm-launch mpi-tsi mpi-tsi-tcp mpi-sss mpi-sss-tcp mpi-iput mpi-iput-tcp mpi-dapc mpi-dapc-tcp mpi-dapc-netns"
 # The runs scripts/plot.py draws (the others' figures are in these).
 readonly PLOTS="tsi tsi-breakdown first-contact sss iput dapc"
 for r in ${only//,/ }; do
@@ -161,16 +170,33 @@ tc_bench() {
   run "$name" "build/bin/tc-bench $* --json" -- "$bench" "$@" --json --quiet
 }
 
+# dapc_netns N ARGS: tc-bench dapc ARGS across N network-namespace hosts.
 dapc_netns() {
-  bash scripts/netns.sh run 4 --prefix tcbt --subnet 10.197.0 \
+  bash scripts/netns.sh run "$1" --prefix tcbt --subnet 10.197.0 \
     --hosts-file "$tmp/netns-hosts" -- \
-    sh -c "\"$bench\" dapc --transport tcp --hosts \"\$TC_HOSTS_FILE\" $DAPC_ARGS"
+    sh -c "\"$bench\" dapc --transport tcp --hosts \"\$TC_HOSTS_FILE\" $2"
+}
+
+# slurm-launch: scripts/launch-bench.sh in a Slurm cluster of its own
+# (stopped after it, or by its watcher should this script be killed).
+slurm_launch() {
+  bash scripts/slurm-local.sh run --new --timeout 1200 -- \
+    bash scripts/launch-bench.sh --build "$build" --dapc "${LAUNCH_ARGS% --json --quiet}"
 }
 
 readonly TSI_MODES=am,cached,cached-unbatched,mailbox,uncached,object,ucx_am,ucx_put,ucx_perftest
 readonly DAPC_ARGS="--servers 1,2,4 --depths 1,64,4096 --entries 1048576 --count 10 --json --quiet"
 readonly LAUNCH_ARGS="--transport tcp --depths 1,64,4096 --entries 1048576 --count 100 --modes dapc,am --json --quiet"
 readonly SANDBOX_DAPC="--servers 1,2 --depths 64,4096 --entries 1048576 --count 30 --modes dapc,sandbox"
+# MPI RMA (mode mpi). Over TCP tsi, sss and iput run --quick; the osc
+# components are tc-bench's candidates for the transport.
+readonly MPI_TSI="--modes cached,mailbox,mpi --rounds 3 --no-perftest"
+readonly MPI_TSI_TCP="--transport tcp --quick --modes cached,mpi --no-perftest"
+readonly MPI_SWEEP="--sizes 16,1024,16384 --rounds 3 --modes injected,mpi"
+readonly MPI_SWEEP_TCP="--transport tcp --quick --sizes 16,1024,16384 --modes injected,mpi"
+readonly MPI_DAPC="--servers 2 --depths 1,64,1024 --entries 1048576 --count 30 --modes dapc,mpi"
+readonly MPI_DAPC_TCP="--transport tcp --servers 2 --depths 1,64,1024 --entries 1048576 --count 10 --modes dapc,mpi"
+readonly MPI_DAPC_NETNS="--servers 1,2 --depths 64,256,1024 --entries 1048576 --count 10 --modes dapc,mpi"
 
 if ((!render_only)); then
   [[ -x $bench ]] || die "$bench not found: build first (bash scripts/build.sh $build)"
@@ -185,15 +211,29 @@ if ((!render_only)); then
   tc_bench sandbox-tsi tsi --modes cached,sandbox --rounds 5 --no-perftest $quick
   run sandbox-dapc "build/bin/tc-bench dapc $SANDBOX_DAPC --json" -- \
     "$bench" dapc $SANDBOX_DAPC --json --quiet
-  if wanted dapc; then
-    [[ $(id -u) == 0 ]] || die "dapc: network namespaces need root (or leave dapc out: --only)"
-  fi
+  for r in dapc mpi-dapc-netns slurm-launch; do
+    if wanted "$r"; then
+      [[ $(id -u) == 0 ]] || die "$r: needs root (network namespaces, Slurm's daemons; or leave it out: --only)"
+    fi
+  done
   run dapc "scripts/netns.sh run 4 -- sh -c 'build/bin/tc-bench dapc --transport tcp --hosts \$TC_HOSTS_FILE ${DAPC_ARGS% --quiet}'" -- \
-    dapc_netns
+    dapc_netns 4 "$DAPC_ARGS"
   run launch-hosts "build/bin/tc-bench serve --listen 127.0.0.1:0 --blocking (twice, named in HOSTS); build/bin/tc-bench dapc --hosts HOSTS --servers 2 ${LAUNCH_ARGS% --quiet}" -- \
     launch_hosts
   run launch-mpirun "mpirun -n 1 build/bin/tc-bench dapc --pmix ${LAUNCH_ARGS% --quiet} : -n 2 build/bin/tc-bench serve --pmix --blocking" -- \
     launch_mpirun
+  run slurm-launch "scripts/slurm-local.sh run --new -- bash scripts/launch-bench.sh --dapc '${LAUNCH_ARGS% --json --quiet}'" -- \
+    slurm_launch
+  tc_bench mpi-tsi tsi $MPI_TSI $quick
+  tc_bench mpi-tsi-tcp tsi $MPI_TSI_TCP
+  tc_bench mpi-sss sss $MPI_SWEEP $quick
+  tc_bench mpi-sss-tcp sss $MPI_SWEEP_TCP
+  tc_bench mpi-iput iput $MPI_SWEEP $quick
+  tc_bench mpi-iput-tcp iput $MPI_SWEEP_TCP
+  tc_bench mpi-dapc dapc $MPI_DAPC
+  tc_bench mpi-dapc-tcp dapc $MPI_DAPC_TCP
+  run mpi-dapc-netns "scripts/netns.sh run 2 -- sh -c 'build/bin/tc-bench dapc --transport tcp --hosts \$TC_HOSTS_FILE $MPI_DAPC_NETNS --json'" -- \
+    dapc_netns 2 "$MPI_DAPC_NETNS --json --quiet"
   note "all runs: $((SECONDS - t_all)) s"
 fi
 

@@ -2,7 +2,7 @@
 # Checks GPU targets on a machine with an NVIDIA GPU, from a relocatable
 # bundle alone (scripts/bundle.sh): nothing of a build tree and no package
 # beyond the NVIDIA driver, python3, bash and tar/xz.
-#   bash scripts/gpu-check.sh BUNDLE [--gpu N] [--full]
+#   bash scripts/gpu-check.sh BUNDLE [--gpu N] [--full] [--save DIR]
 # BUNDLE is tc-VERSION-ARCH-linux.tar.xz or the directory it unpacks to.
 # It runs, each bounded in time:
 #   1. tc-serve --gpu-info (the device, the driver, the PTX version);
@@ -10,29 +10,44 @@
 #      the bundle's tc-serve, tc-send, lit and FileCheck and the bundle's
 #      example archives;
 #   3. tc-bench tsi --gpu and tc-bench sss --gpu (--quick unless --full),
-#      which check their own counts and sums;
-# then prints `gpu-check: N passed, M failed` and the benchmarks' figures.
-# Exit status 0 when everything passed. Meant for a 15-minute device slot,
-# start-up included: unpacking takes seconds, the checks about two minutes.
+#      which check their own counts and sums, with --json;
+# then prints `gpu-check: N passed, M failed` and the benchmarks' figures
+# as docs/benchmarks.md's GPU table. Each benchmark that passed is saved in
+# DIR (--save, default ./gpu-bench) as scripts/bench-tables.sh saves its
+# runs: gpu-tsi.json and gpu-sss.json (the records), .cmd (the command),
+# .run (the commit of this checkout, the load average at the start, the
+# time), and gpu-device.json (tc-serve --gpu-info's line, the bundle's
+# name); an earlier run's files there are removed first. Copy them into
+# docs/bench/ and run `bash scripts/bench-tables.sh --render` to fill that
+# table. Exit status 0 when everything passed. Meant
+# for a 15-minute device slot, start-up included: unpacking takes seconds,
+# the checks about two minutes.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 gpu=0
 full=0
 bundle=
+save=gpu-bench
 die() { echo "gpu-check: error: $*" >&2; exit 1; }
 while (($#)); do
   case $1 in
     --gpu) [[ $# -ge 2 ]] || die "--gpu needs a device number"; gpu=$2; shift 2 ;;
     --gpu=*) gpu=${1#*=}; shift ;;
     --full) full=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --save) [[ $# -ge 2 && -n $2 ]] || die "--save needs a directory"; save=$2; shift 2 ;;
+    --save=*) save=${1#*=}; [[ -n $save ]] || die "--save needs a directory"; shift ;;
+    -h|--help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *) [[ -z $bundle ]] || die "one bundle only"; bundle=$1; shift ;;
   esac
 done
-[[ -n $bundle ]] || die "usage: gpu-check.sh BUNDLE [--gpu N] [--full]"
+[[ -n $bundle ]] || die "usage: gpu-check.sh BUNDLE [--gpu N] [--full] [--save DIR]"
 [[ $gpu =~ ^[0-9]+$ ]] || die "bad --gpu '$gpu'"
 command -v python3 >/dev/null || die "python3 not found (lit needs it)"
+mkdir -p "$save" 2>/dev/null && [[ -w $save ]] || die "cannot write to --save directory '$save'"
+save=$(cd "$save" && pwd)
+# DIR holds this run's files only: an earlier run's are removed first.
+rm -f "$save"/gpu-{tsi,sss}.{json,cmd,run} "$save/gpu-device.json"
 
 work=$(mktemp -d /tmp/tc-gpu-check.XXXXXX)
 cleanup() { rm -rf "$work"; }
@@ -114,22 +129,43 @@ if ((lit_rc != 0)); then
 fi
 
 # --- 3. the GPU benchmarks --------------------------------------------------
+# Arguments "key value ..." as one JSON object of strings (no quoting by hand).
+json_object() {
+  python3 -c 'import json, sys; k = sys.argv[1::2]; v = sys.argv[2::2]; print(json.dumps(dict(zip(k, v)), indent=1))' "$@"
+}
+commit=$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo "?")
+[[ -z $(git -C "$root" status --porcelain --untracked-files=no -- ':!docs' 2>/dev/null) ]] ||
+  commit="$commit+changes"
 quick=--quick
 ((full)) && quick=
-figures=$work/figures.txt
-: >"$figures"
+saved=0
 for scenario in tsi sss; do
-  echo "gpu-check: tc-bench $scenario --gpu=$gpu $quick"
-  if timeout 300 "$top/bin/tc-bench" "$scenario" "--gpu=$gpu" $quick \
-      --ifunc-path "$top/ifuncs" >"$work/$scenario.out" 2>"$work/$scenario.err"; then
+  shown="bin/tc-bench $scenario --gpu=$gpu${quick:+ $quick} --json"
+  echo "gpu-check: $shown"
+  load=$(cut -d' ' -f1 /proc/loadavg)
+  t0=$SECONDS
+  if timeout 300 "$top/bin/tc-bench" "$scenario" "--gpu=$gpu" $quick --json \
+      --ifunc-path "$top/ifuncs" >"$work/$scenario.json" 2>"$work/$scenario.err"; then
     pass "tc-bench $scenario --gpu"
-    cat "$work/$scenario.out" >>"$figures"
+    cp "$work/$scenario.json" "$save/gpu-$scenario.json"
+    printf '%s\n' "$shown" >"$save/gpu-$scenario.cmd"
+    json_object commit "$commit" load "$load" seconds "$((SECONDS - t0))" \
+      >"$save/gpu-$scenario.run"
+    saved=$((saved + 1))
   else
     fail "tc-bench $scenario --gpu (exit $?): $(tail -n 3 "$work/$scenario.err")"
   fi
 done
+if ((saved)); then
+  json_object device "${info#tc-serve: }" bundle "$(basename "$top")" \
+    >"$save/gpu-device.json"
+fi
 
 echo "gpu-check: $passed passed, $failed failed"
 echo "gpu-check: device: ${info#tc-serve: }"
-cat "$figures"
+if ((saved)); then
+  python3 "$root/scripts/bench-tables.py" --data "$save" --table gpu ||
+    fail "bench-tables.py could not render $save"
+  echo "gpu-check: saved in $save: copy its files into docs/bench/ and run bash scripts/bench-tables.sh --render"
+fi
 ((failed == 0))

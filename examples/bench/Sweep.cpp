@@ -341,6 +341,16 @@ int runSweep(const std::string &Which, const CommonOptions &O,
         Add(Sizes[SI], Mode, "rate_ratio",
             pairedRatio(Fig[0].Rate, Fig[Ref].Rate), "x");
       }
+      // Over MPI RMA, named by the rows they divide by (injected/mpi_get:sm):
+      // latency and rate may come from different osc components.
+      if (Want[0] && Want[3]) {
+        if (!MpiLatMode[SI].empty())
+          Add(Sizes[SI], "injected/" + MpiLatMode[SI], "latency_ratio",
+              pairedRatio(Fig[0].Latency, Fig[3].Latency), "x");
+        if (!MpiRateMode[SI].empty())
+          Add(Sizes[SI], "injected/" + MpiRateMode[SI], "rate_ratio",
+              pairedRatio(Fig[0].Rate, Fig[3].Rate), "x");
+      }
       for (size_t Mode = 0; Mode < NumModes && Rounds > 1; ++Mode)
         if (Want[Mode])
           Add(Sizes[SI], SweepModes[Mode], "rate_spread",

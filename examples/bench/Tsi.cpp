@@ -962,6 +962,11 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     Ratio("mailbox", "ucx_am", "rate_ratio", MailboxAmRate);
     Ratio("sandbox", "cached", "latency_ratio", SandboxLat);
     Ratio("cached", "sandbox", "rate_ratio", SandboxRate);
+    // tc over MPI RMA: cached/mpi_acc:sm, mailbox/mpi_fop:ucx, ...
+    for (const MpiPair &Q : MpiPairs)
+      Ratio(Q.Tc, Q.Mpi,
+            Q.Metric == "latency_us" ? "latency_ratio" : "rate_ratio",
+            Q.Paired);
   }
 
   if (Want("first-contact")) {

@@ -1,0 +1,1 @@
+build/bin/tc-bench iput --transport tcp --quick --sizes 16,1024,16384 --modes injected,mpi --json

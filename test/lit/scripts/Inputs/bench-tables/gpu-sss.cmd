@@ -1,0 +1,1 @@
+bin/tc-bench sss --gpu=0 --json

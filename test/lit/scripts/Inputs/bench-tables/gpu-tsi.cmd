@@ -1,0 +1,1 @@
+bin/tc-bench tsi --gpu=0 --json

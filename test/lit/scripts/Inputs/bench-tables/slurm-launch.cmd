@@ -1,0 +1,1 @@
+scripts/slurm-local.sh run --new -- bash scripts/launch-bench.sh --ranks 2,4
