@@ -287,7 +287,10 @@ const char *const DapcUsage = R"(USAGE: tc-bench dapc [options]
 
 Distributed pointer chasing (Three-Chains Figs. 9-12): chases per second for
 dapc (ifunc), am (linked-in function) and gbpc (UCX GET per hop), over chase
-depth and server count. Every chase end is verified.
+depth and server count. Every chase end is verified. With no more
+processes than the CPUs it may use the servers busy-poll, and the client
+and each server get a CPU of their own (--no-pin: not); the placement row
+counts the CPUs two of them may share.
 
 OPTIONS:
   --servers LIST   Server counts, e.g. 1,2,4 (default 1,2,3,4; --quick 2)
