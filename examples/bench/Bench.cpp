@@ -651,7 +651,9 @@ COMMON OPTIONS:
                        next to this binary, or $TC_IFUNC_PATH)
   --quiet              No progress lines on stderr
   --no-pin             tsi/sss/iput: do not pin server and client to two
-                       CPUs (by default they are, as ucx_perftest -c is)
+                       CPUs (by default they are, as ucx_perftest -c is);
+                       dapc: do not give the client and each busy-polling
+                       server a CPU of their own
   --no-mailbox         dapc/sss/iput: clients and servers send active
                        messages only (by default small messages between
                        processes on shared memory go through mailboxes)

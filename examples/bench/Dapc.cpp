@@ -21,10 +21,12 @@
 #include "dapc_chase.h"
 #include "dapc_table.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <regex>
+#include <sched.h>
 #include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -122,6 +124,74 @@ std::vector<std::string> gbpcServe(const std::string &Addr, const Params &P,
   return A;
 }
 
+/// The CPUs in \p Set, in order.
+std::vector<int> cpusOf(const cpu_set_t &Set) {
+  std::vector<int> Out;
+  for (int Cpu = 0; Cpu < CPU_SETSIZE; ++Cpu)
+    if (CPU_ISSET(Cpu, &Set))
+      Out.push_back(Cpu);
+  return Out;
+}
+
+/// Where the busy-polling client and servers of one server count run.
+///
+/// With no more processes than CPUs the servers busy-poll, as the client
+/// does. Left to the kernel, two of them may land on one CPU; while the
+/// other CPUs are busy (other work, another spinner) the load balancer has
+/// no reason to move either, and as neither ever sleeps, a message waits
+/// until its sender is preempted at a scheduler tick: every chase then takes
+/// two to four ticks (8-16 ms on the 2-vCPU VM), whatever its depth. So the
+/// client and each server it starts get a CPU of their own, from those this
+/// process may use (as tsi pins its client and server; --no-pin: not).
+struct Placement {
+  bool Pinned = false;
+  cpu_set_t Saved;      ///< The client's CPUs before, restored by undo().
+  std::vector<int> Cpu; ///< Server I's CPU; the client's is Cpu[S].
+
+  void pin(uint32_t S) {
+    if (sched_getaffinity(0, sizeof Saved, &Saved) != 0)
+      return;
+    std::vector<int> Mine = cpusOf(Saved);
+    if (Mine.size() < size_t(S) + 1)
+      return;
+    cpu_set_t Client;
+    CPU_ZERO(&Client);
+    CPU_SET(Mine[S], &Client);
+    if (sched_setaffinity(0, sizeof Client, &Client) != 0)
+      return;
+    Cpu.assign(Mine.begin(), Mine.begin() + S + 1);
+    Pinned = true;
+  }
+  /// The CPU for server \p I (-1: unpinned) for startServer().
+  int server(uint32_t I) const { return Pinned ? Cpu[I] : -1; }
+  void undo() {
+    if (Pinned)
+      sched_setaffinity(0, sizeof Saved, &Saved);
+    Pinned = false;
+    Cpu.clear();
+  }
+};
+
+/// On how many CPUs two or more of the busy-polling processes (this client
+/// and the servers \p Spinners) may run: 0 when each has CPUs of its own.
+/// -1 when a server's CPUs cannot be read.
+long sharedCpus(const std::vector<pid_t> &Spinners) {
+  std::vector<int> Users(CPU_SETSIZE, 0);
+  cpu_set_t Set;
+  if (sched_getaffinity(0, sizeof Set, &Set) != 0)
+    return -1;
+  for (int Cpu : cpusOf(Set))
+    ++Users[Cpu];
+  for (pid_t P : Spinners) {
+    if (sched_getaffinity(P, sizeof Set, &Set) != 0)
+      return -1;
+    for (int Cpu : cpusOf(Set))
+      ++Users[Cpu];
+  }
+  return std::count_if(Users.begin(), Users.end(),
+                       [](int N) { return N > 1; });
+}
+
 /// One (mode, depth) point over tc: returns chases per second.
 double chaseTc(ClientWorker &C, dapc_client_t &DC,
                const std::vector<tc_ep_h> &Eps, tc_msg_h Msg, bool Local,
@@ -217,7 +287,10 @@ const char *const DapcUsage = R"(USAGE: tc-bench dapc [options]
 
 Distributed pointer chasing (Three-Chains Figs. 9-12): chases per second for
 dapc (ifunc), am (linked-in function) and gbpc (UCX GET per hop), over chase
-depth and server count. Every chase end is verified.
+depth and server count. Every chase end is verified. With no more
+processes than the CPUs it may use the servers busy-poll, and the client
+and each server get a CPU of their own (--no-pin: not); the placement row
+counts the CPUs two of them may share.
 
 OPTIONS:
   --servers LIST   Server counts, e.g. 1,2,4 (default 1,2,3,4; --quick 2)
@@ -309,7 +382,14 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (P.Gbpc && access(gbpcPath().c_str(), X_OK) != 0)
     die("tc-gbpc not found next to tc-bench (" + gbpcPath() +
         "); build it, or leave gbpc out of --modes");
+  // The CPUs this process may use (taskset, cgroups), not all the online
+  // ones: those are what its servers may get.
   long Cores = sysconf(_SC_NPROCESSORS_ONLN);
+  {
+    cpu_set_t Set;
+    if (sched_getaffinity(0, sizeof Set, &Set) == 0)
+      Cores = CPU_COUNT(&Set);
+  }
   std::string Self = selfPath();
   std::vector<Record> Out;
   // Mode mpi: server rank I + 1 where tc's server I runs.
@@ -361,6 +441,9 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       die("--modes sandbox runs local servers only (no --hosts)");
     bool Gbpc = P.Gbpc && !Sb, Am = P.Am && !Sb, Dapc = P.Dapc || Sb;
     std::vector<Child> Tc, Gb;
+    Placement Place;
+    if (!Blocking && O.Pin && !P.Pmix)
+      Place.pin(S);
     for (uint32_t I = 0; I < S; ++I) {
       const Host *H = Hosts.empty() ? nullptr : &Hosts[I];
       std::string Name = "dapc server " + std::to_string(I);
@@ -383,7 +466,9 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
           A.push_back("--exec");
           A.push_back("sandbox");
         }
+        ServerCpu = Place.server(I);
         Tc.push_back(startServer(A, H ? H->Netns : "", Name));
+        ServerCpu = -1; // The gbpc servers sleep between requests.
       }
       if (!Gbpc)
         continue;
@@ -416,6 +501,32 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     note("dapc: " + std::to_string(S) + " server(s), building " +
          std::to_string(P.Entries) + " entries");
+    // Busy-polling servers, all started here: on how many CPUs two of them
+    // or one and the client may run (0: each has its own; see Placement).
+    std::vector<pid_t> Spinners;
+    for (const Child &T : Tc)
+      if (T.Pid >= 0)
+        Spinners.push_back(T.Pid);
+    if (!Blocking && !P.Pmix && Spinners.size() == S) {
+      Record R;
+      R.Bench = "dapc";
+      R.Mode = "placement";
+      R.Metric = "shared_cpus";
+      R.Value = static_cast<double>(sharedCpus(Spinners));
+      R.Unit = "cpus";
+      R.Transport = O.Transport;
+      R.Servers = S;
+      Out.push_back(R);
+      std::string Where;
+      for (size_t I = 0; I < Place.Cpu.size(); ++I)
+        Where += (I + 1 < Place.Cpu.size() ? " server " + std::to_string(I)
+                                           : " client") +
+                 " on CPU " + std::to_string(Place.Cpu[I]) + ",";
+      note("dapc: busy-polling, " +
+           (Place.Pinned ? "pinned:" + Where.substr(0, Where.size() - 1)
+                         : std::string("not pinned")) +
+           "; CPUs they share: " + std::to_string(static_cast<long>(R.Value)));
+    }
     for (uint32_t I = 0; I < S; ++I) {
       std::string Setup(sizeof(DapcSetup), '\0');
       DapcSetup D{P.Entries, P.Seed, S, I};
@@ -480,8 +591,15 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
           Out.push_back(M);
         }
       }
-      if (Gbpc)
+      if (Gbpc) {
+        // GBPC needs no tc server: busy-polling ones would take the CPUs
+        // that its client and its woken server need.
+        for (tc_ep_h E : Eps)
+          control(C, E, "bench.idle", nullptr, 0);
         Add("gbpc", chaseGbpc(Gb, P, Depth));
+        for (tc_ep_h E : Eps)
+          control(C, E, "bench.reset", nullptr, 0);
+      }
     }
     tc_msg_free(Msg);
     tc_ifunc_deregister(Chaser);
@@ -491,6 +609,7 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       stopServer(X);
     for (Child &X : Gb)
       stopServer(X);
+    Place.undo();
       }
     if (P.Mpi) {
       // The same chases with MPI_Get, once tc's servers and client are

@@ -127,6 +127,11 @@ def _netns_works():
 
 if _netns_works():
     config.available_features.add("root-netns")
+
+# "cpus-2": this process may run on two CPUs or more, so tc-bench can give a
+# busy-polling client and server one each (bench-dapc-placement tests).
+if len(os.sched_getaffinity(0)) >= 2:
+    config.available_features.add("cpus-2")
 # netns/lit.local.cfg puts those tests in this group: one at a time.
 lit_config.parallelism_groups["netns"] = 1
 
