@@ -65,6 +65,8 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
   T->UseMailbox = Opts.Mailbox;
   T->Shape = Opts.MailboxShape;
   T->SpinUs = Opts.MailboxSpinUs;
+  T->MaxAreas = Opts.MailboxMaxAreas;
+  T->UnmappableAreas = Opts.TestUnmappableAreas;
   if (Opts.Mailbox) {
     if (Error E = Opts.MailboxShape.check())
       return std::move(E);

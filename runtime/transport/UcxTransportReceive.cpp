@@ -60,7 +60,7 @@ void UcxTransport::welcome(ConnId C, Conn &Co) {
   std::string Offer;
   if (UseMailbox) {
     Expected<std::unique_ptr<ucx::InRing>> In =
-        ucx::InRing::create(Context, Shape);
+        ucx::InRing::create(Context, Shape, &RingMemory);
     if (In) {
       Co.In = std::move(*In);
       Offer = Co.In->offer();
@@ -100,13 +100,16 @@ ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
     consumeError(Offer.takeError()); // AMs only on this connection.
     return UCS_OK;
   }
-  Expected<std::unique_ptr<ucx::OutRing>> Out = ucx::OutRing::accept(
-      T->Context, Co->Ep, *Offer, &Co->AmSent, &T->Stats.MailboxSent);
+  Expected<std::unique_ptr<ucx::OutRing>> Out =
+      ucx::OutRing::accept(T->Context, Co->Ep, *Offer, &Co->AmSent,
+                           &T->Stats.MailboxSent, &T->RingMemory);
   if (!Out) {
     consumeError(Out.takeError()); // Not mapped here (TCP, RDMA): AMs.
     return UCS_OK;
   }
   Co->Out = std::move(*Out);
+  if (!Offer->Shape.AreaBytes) // No area to ask for.
+    Co->Out->AreaIs = ucx::OutRing::AreaState::None;
   T->gateLane(*Co);
   ++T->LaneGeneration;
   T->SendNowMax = std::max({T->SendNowMax, Offer->Shape.maxFrame(),

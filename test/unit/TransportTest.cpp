@@ -292,14 +292,11 @@ struct Tls {
 const Tls Shm{"shm", "posix,self,tcp", "lo"};
 const Tls Tcp{"tcp", "tcp", "lo"};
 
-std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
-                               size_t MaxCopiedBacklog = 32 << 20) {
+/// A UCX transport on \p P's transports, with \p Opts for the rest.
+std::unique_ptr<Transport> ucxWith(const Tls &P, UcxTransportOptions Opts) {
   if (P.NetDevices)
     setenv("UCX_NET_DEVICES", P.NetDevices, 1); // read by ucp_config_read
-  UcxTransportOptions Opts;
   Opts.Transports = P.Transports;
-  Opts.Coalesce = Coalesce;
-  Opts.MaxCopiedBacklog = MaxCopiedBacklog;
   auto T = createUcxTransport(Opts);
   if (P.NetDevices)
     unsetenv("UCX_NET_DEVICES");
@@ -308,6 +305,14 @@ std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
     return nullptr;
   }
   return std::move(*T);
+}
+
+std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
+                               size_t MaxCopiedBacklog = 32 << 20) {
+  UcxTransportOptions Opts;
+  Opts.Coalesce = Coalesce;
+  Opts.MaxCopiedBacklog = MaxCopiedBacklog;
+  return ucxWith(P, Opts);
 }
 
 class UcxTransportTest : public ::testing::TestWithParam<Tls> {
@@ -1600,9 +1605,11 @@ struct MailboxPair {
   ConnId C = 0;
   std::vector<std::string> Headers, Bodies;
 
-  void setUp() {
-    A = std::make_unique<Side>(ucx(ShmOnly));
-    B = std::make_unique<Side>(ucx(ShmOnly));
+  /// With \p AOpts and \p BOpts for A's and B's transports.
+  void setUp(const UcxTransportOptions &AOpts = UcxTransportOptions(),
+             const UcxTransportOptions &BOpts = UcxTransportOptions()) {
+    A = std::make_unique<Side>(ucxWith(ShmOnly, AOpts));
+    B = std::make_unique<Side>(ucxWith(ShmOnly, BOpts));
     ASSERT_TRUE(A->T && B->T);
     auto Addr = B->T->address();
     ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
@@ -1739,6 +1746,128 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   EXPECT_GT(P.ByLane, 20u) << P.LaneClosed << " closed";
   EXPECT_GT(P.LaneClosed, 0u);
   EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+}
+
+/// A mix of frames around the first one that needs the large-frame area
+/// (sent with trySendNow(): a span, an area frame, an AM beside them, a
+/// small one), \p N times; B progresses only now and then, so the area's
+/// offer arrives while frames are on their way. Returns how many frames
+/// were too big for a span.
+unsigned mixAroundLargeFrames(MailboxPair &P, unsigned N, unsigned Seed) {
+  std::mt19937 Rng(Seed);
+  unsigned Large = 0;
+  for (unsigned I = 0; I < N; ++I) {
+    switch (Rng() % 5) {
+    case 0:
+      P.send(pattern(Rng() % 60, I), true); // One slot.
+      break;
+    case 1:
+      P.send(pattern(200 + Rng() % 3000, I), true); // A span.
+      break;
+    case 2:
+      P.send(pattern(Rng() % 60, I), false); // An AM.
+      break;
+    default:
+      P.send(pattern(9000 + Rng() % 40000, I), true); // The area's.
+      ++Large;
+    }
+    if (Rng() % 8 == 0)
+      P.A->progress();
+    if (Rng() % 16 == 0)
+      P.B->progress();
+  }
+  return Large;
+}
+
+TEST(UcxMailbox, AConnectionWithoutLargeFramesRegistersNoArea) {
+  // Slots, spans and AMs, none too big for a span: B registers its ring
+  // and nothing more, A its flags; nobody asks for an area.
+  MailboxPair P;
+  P.setUp();
+  for (unsigned I = 0; I < 400; ++I)
+    P.send(pattern(I % 3 ? I % 100 : 8000, I), I % 5 != 0);
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_GT(SA.MailboxSent, 200u);
+  EXPECT_EQ(SA.MailboxAreaRequests, 0u);
+  EXPECT_EQ(SB.MailboxAreas, 0u);
+  EXPECT_EQ(SA.MailboxAreas, 0u);
+  mailbox::Geometry G;
+  // UCX may round a registration up to its pages.
+  EXPECT_GE(SB.MailboxRegisteredBytes, G.mappedBytes());
+  EXPECT_LT(SB.MailboxRegisteredBytes, G.mappedBytes() + 8192)
+      << "more than the ring";
+  EXPECT_GE(SA.MailboxRegisteredBytes, mailbox::FlagsBytes);
+  EXPECT_LE(SA.MailboxRegisteredBytes, 8192u) << "more than the flags";
+}
+
+TEST(UcxMailbox, TheFirstLargeFrameGetsAnAreaAndEveryFrameArrivesInOrder) {
+  // The first frame too big for a span asks B for its area and goes as an
+  // AM; the frames after it go as AMs until the area is mapped, then into
+  // it, each in its place among the slots, spans and AMs around them.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  uint64_t Before = P.B->T->stats().MailboxRegisteredBytes;
+  EXPECT_EQ(P.B->T->stats().MailboxAreas, 0u);
+  unsigned Large = mixAroundLargeFrames(P, 600, 11);
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_EQ(SA.MailboxAreaRequests, 1u) << "asked once";
+  // The first went as an AM (and those sent before the area came).
+  EXPECT_LT(SA.MailboxAreaFrames, Large);
+  EXPECT_EQ(SB.MailboxAreas, 1u);
+  EXPECT_GE(SB.MailboxRegisteredBytes, Before + (256 << 10));
+  EXPECT_GT(SA.MailboxAreaFrames, 50u) << "the area was not used";
+  EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+  EXPECT_EQ(SA.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, AnAreaTheReceiverDeclinesLeavesLargeFramesToActiveMessages) {
+  // B registers no area (its bound is 0 areas): it declines, and A's large
+  // frames go as AMs, all of them arriving, in order.
+  UcxTransportOptions NoAreas;
+  NoAreas.MailboxMaxAreas = 0;
+  MailboxPair P;
+  P.setUp(UcxTransportOptions(), NoAreas);
+  P.expectAllInOrder();
+  mixAroundLargeFrames(P, 400, 12);
+  P.expectAllInOrder();
+  // Once declined, A's lane does not take such frames any more.
+  EXPECT_FALSE(P.A->T->lane(P.C)->takes(20000));
+  P.send(pattern(20000, 1), true);
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_EQ(SA.MailboxAreaRequests, 1u);
+  EXPECT_EQ(SB.MailboxAreasDeclined, 1u);
+  EXPECT_EQ(SB.MailboxAreas, 0u);
+  EXPECT_EQ(SA.MailboxAreaFrames, 0u);
+  EXPECT_GT(SA.MailboxSent, 100u) << "slots and spans still go by mailbox";
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, AnAreaTheSenderCannotMapIsGivenBack) {
+  // A cannot map the area B offers (fault injection): it tells B, which
+  // unregisters it, and A's large frames go as AMs, all arriving in order.
+  UcxTransportOptions Unmappable;
+  Unmappable.TestUnmappableAreas = true;
+  MailboxPair P;
+  P.setUp(Unmappable, UcxTransportOptions());
+  P.expectAllInOrder();
+  uint64_t Ring = P.B->T->stats().MailboxRegisteredBytes;
+  mixAroundLargeFrames(P, 400, 13);
+  P.expectAllInOrder();
+  ASSERT_TRUE(pump({P.A.get(), P.B.get()},
+                   [&] { return P.B->T->stats().MailboxAreas == 0; }))
+      << "B kept the area";
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_EQ(SA.MailboxAreaRequests, 1u);
+  EXPECT_EQ(SB.MailboxAreasDeclined, 0u) << "B offered it";
+  EXPECT_EQ(SB.MailboxRegisteredBytes, Ring);
+  EXPECT_EQ(SA.MailboxAreaFrames, 0u);
+  EXPECT_FALSE(P.A->T->lane(P.C)->takes(20000));
   EXPECT_EQ(SB.DroppedFrames, 0u);
 }
 
