@@ -334,6 +334,9 @@ private:
     /// False for the reply endpoint of a peer that connected by address:
     /// UCX made it and UCX closes it (closing it ourselves trips UCX).
     bool Owned = true;
+    /// Made by worker address (ours, or a peer's reply endpoint): UCX may
+    /// report nothing when the peer closes it, so its goodbye ends it.
+    bool ByAddress = false;
     /// The peer said goodbye (it closes the connection on purpose).
     bool PeerClosing = false;
     std::string Peer; ///< For messages: host:port or "address peer".
@@ -851,9 +854,10 @@ private:
   std::vector<std::unique_ptr<ucx::InRing>> Retired;
   /// Connections whose Pending may be non-empty.
   SmallVector<ConnId, 4> PendingConns;
-  /// Connections of peers that connected by address and said goodbye,
-  /// with when: UCX reports nothing when such a peer closes (the reply
-  /// endpoint is UCX's), so endClosedPeers() ends them here.
+  /// Connections made by address whose peer said goodbye, with when: UCX
+  /// may report nothing when such a peer closes (a reply endpoint is
+  /// UCX's; endpoints UCX matched report nothing either), so
+  /// endClosedPeers() ends them here.
   SmallVector<std::pair<ConnId, std::chrono::steady_clock::time_point>, 2>
       Ended;
 };

@@ -434,9 +434,10 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   }
   if (Kind == Goodbye) {
     // The connection's loss, when UCX reports it, is this close. For a
-    // peer that connected by address UCX reports none: end it ourselves.
+    // connection made by address UCX may report none (a peer's reply
+    // endpoint, or two endpoints UCX matched): end it ourselves.
     Co->PeerClosing = true;
-    if (!Co->Owned) {
+    if (Co->ByAddress) {
       T->Ended.emplace_back(C, std::chrono::steady_clock::now());
       T->Chores = true;
     }
@@ -505,7 +506,12 @@ void UcxTransport::endClosedPeers() {
       Ended.emplace_back(C, Since); // Frames still arriving: next round.
       continue;
     }
-    ByEp.erase(Co->Ep);
+    // Our own endpoint (not UCX's reply endpoint) is ours to close; the
+    // peer is gone from it, so without a flush.
+    if (Co->Owned)
+      closeEp(Co->Ep, /*Force=*/true);
+    else
+      ByEp.erase(Co->Ep);
     Lost.emplace_back(C, closedByPeer(Co->Peer));
   }
 }

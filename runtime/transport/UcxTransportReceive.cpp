@@ -35,6 +35,7 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     // A peer that connected by worker address: its reply ep is new to us.
     C = T->addConn(Ep, "worker address peer");
     T->Conns[C].Owned = false;
+    T->Conns[C].ByAddress = true;
     T->Handler->onAccept(C);
   }
   Conn *Co = T->findConn(C);

@@ -1871,6 +1871,57 @@ TEST(UcxMailbox, AnAreaTheSenderCannotMapIsGivenBack) {
   EXPECT_EQ(SB.DroppedFrames, 0u);
 }
 
+TEST(UcxMailbox, ConnectingToAPeerThatConnectedFirstGivesItsConnection) {
+  // A connects to B by address and B hears from it first; then B connects
+  // to A's address. UCX matches B's endpoint to the one it made for A and
+  // hands that back: it is the connection B already has, not a second one
+  // (on which B would wait for answers that arrive on the first: a PMIx
+  // job's flushes hung so). Frames and answers go both ways on it, and
+  // each side's close is the other's.
+  auto A = std::make_unique<Side>(ucx(ShmOnly)),
+       B = std::make_unique<Side>(ucx(ShmOnly));
+  ASSERT_TRUE(A->T && B->T);
+  auto AddrA = A->T->address(), AddrB = B->T->address();
+  ASSERT_TRUE(AddrA && AddrB);
+  auto CA = A->T->connectAddress(*AddrB);
+  ASSERT_TRUE(!!CA) << llvm::toString(CA.takeError());
+  A->send(*CA, "hello", "from A");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return B->E.Frames.size() == 1; }));
+  ASSERT_EQ(B->E.Accepts.size(), 1u);
+  ConnId FromA = B->E.Frames[0].Conn;
+  auto CB = B->T->connectAddress(*AddrA);
+  ASSERT_TRUE(!!CB) << llvm::toString(CB.takeError());
+  EXPECT_EQ(*CB, FromA) << "a second connection on the same endpoint";
+  // Answers come back on the connection asked on, both ways.
+  A->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
+    if (H == "ask")
+      A->T->send(C, "answer", "A", nullptr);
+  };
+  B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
+    if (H == "ask")
+      B->T->send(C, "answer", "B", nullptr);
+  };
+  for (int I = 0; I < 20; ++I) {
+    A->send(*CA, "ask", "");
+    B->send(*CB, "ask", "");
+  }
+  auto Answers = [](Side &S, ConnId C) {
+    unsigned N = 0;
+    for (auto &F : S.E.Frames)
+      N += F.Header == "answer" && F.Conn == C;
+    return N;
+  };
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return Answers(*A, *CA) == 20 && Answers(*B, *CB) == 20;
+  })) << Answers(*A, *CA) << " " << Answers(*B, *CB);
+  EXPECT_TRUE(A->E.Accepts.empty());
+  EXPECT_EQ(B->E.Accepts.size(), 1u);
+  // B closes it (its endpoint now): A is told.
+  B->T->disconnect(*CB);
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return A->E.gone(*CA); }, 10000));
+  EXPECT_TRUE(A->E.closedByPeer(*CA)) << A->E.why(*CA);
+}
+
 TEST(UcxMailbox, APeerThatClosesIsReportedAfterEveryFrameItSent) {
   // A (connected by address: B's side is UCX's reply endpoint, of which UCX
   // reports no close) sends rendezvous frames, frames into B's ring behind
@@ -2196,3 +2247,4 @@ TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
 }
 
 } // namespace
+
