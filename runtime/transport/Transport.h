@@ -85,6 +85,9 @@ struct TransportStats {
   uint64_t MailboxAreasDeclined = 0;
   /// Large-frame areas this transport asked its peers for (as a sender).
   uint64_t MailboxAreaRequests = 0;
+  /// Rings peers offered that this transport declined (it cannot map them
+  /// here, or has mailboxes off): each peer then unregisters its ring.
+  uint64_t MailboxRingsDeclined = 0;
   /// Receive buffers for large (rendezvous) frames: allocated, and reused
   /// from the transport's pool.
   uint64_t RecvBuffersAllocated = 0;

@@ -93,8 +93,9 @@ constexpr unsigned InlineAmId = 0x7A, MailboxAmId = 0x7B, TcAmId = 0x7C,
 /// the connection (no data: the peer then reports the loss of the
 /// connection that follows as a close, not as a failure), a sender asking
 /// for the ring's large-frame area (no data), the receiver's answer (data:
-/// the area offer record, or a declined one), and a sender giving up an
-/// area it was offered and cannot map (no data).
+/// the area offer record, or a declined one), a sender giving up an area
+/// it was offered and cannot map (no data), and a sender declining the
+/// ring its welcome offered (no data: it cannot map it, over TCP say).
 enum : uint8_t {
   MailboxAccept = 1,
   MailboxDoorbell = 2,
@@ -102,6 +103,7 @@ enum : uint8_t {
   MailboxAreaAsk = 4,
   MailboxAreaOffer = 5,
   MailboxAreaDrop = 6,
+  MailboxRingDrop = 7,
 };
 /// Most frames one progress() takes from one ring before it lets UCX and
 /// the other rings have their turn.
@@ -653,6 +655,8 @@ private:
   void onAreaAsk(Conn &Co, ConnId C, StringRef Data);
   void onAreaOffer(Conn &Co, ConnId C, StringRef Data);
   void onAreaDrop(Conn &Co, StringRef Data);
+  /// A sender declines the ring we offered: it goes.
+  void onRingDrop(Conn &Co, StringRef Data);
   /// How a connection to \p Peer that said goodbye is reported.
   static std::string closedByPeer(StringRef Peer) {
     return formatv("connection to {0} closed by the peer", Peer).str();

@@ -225,6 +225,15 @@ void UcxTransport::onAreaOffer(Conn &Co, ConnId C, StringRef Data) {
   postControl(Co, C, MailboxAreaDrop);
 }
 
+void UcxTransport::onRingDrop(Conn &Co, StringRef Data) {
+  // Only a ring that was never accepted: none of it is polled or read.
+  if (!Co.In || Co.In->Accepted || !Data.empty()) {
+    ++Stats.DroppedFrames;
+    return;
+  }
+  Co.In.reset();
+}
+
 void UcxTransport::onAreaDrop(Conn &Co, StringRef Data) {
   ucx::InRing *In = Co.In.get();
   if (!In || !In->Area || !Data.empty()) {
@@ -431,6 +440,9 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   case MailboxAreaDrop:
     T->onAreaDrop(*Co, Bytes);
     return UCS_OK;
+  case MailboxRingDrop:
+    T->onRingDrop(*Co, Bytes);
+    return UCS_OK;
   }
   if (Kind == Goodbye) {
     // The connection's loss, when UCX reports it, is this close. For a
@@ -461,8 +473,9 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
     // process's registered memory and not the other's: seen with every
     // transport enabled, two workers in one process): no credit could
     // ever go back, so the ring is not polled, and the peer, never told
-    // that it is, sends active messages only.
+    // that it is, sends active messages only. The ring goes.
     consumeError(Key.takeError());
+    Co->In.reset();
     return UCS_OK;
   }
   Co->In->SenderFlags = std::move(*Key);

@@ -1973,8 +1973,8 @@ TEST(UcxMailbox, FramesQueuedBehindARendezvousComeAfterIt) {
 }
 
 TEST(UcxMailbox, NoRingOverTcp) {
-  // UCX cannot map a peer's memory over TCP: the offer is declined and
-  // every frame goes as an AM.
+  // UCX cannot map a peer's memory over TCP: the offer is declined (B then
+  // unregisters the ring) and every frame goes as an AM.
   auto A = std::make_unique<Side>(ucx(Tcp)), B = std::make_unique<Side>(ucx(Tcp));
   ASSERT_TRUE(A->T && B->T);
   auto Addr = B->T->address();
@@ -1993,6 +1993,11 @@ TEST(UcxMailbox, NoRingOverTcp) {
   EXPECT_EQ(A->T->stats().MailboxSent, 0u);
   EXPECT_EQ(B->T->stats().MailboxReceived, 0u);
   EXPECT_FALSE(A->T->lane(*C)) << "a lane without a ring";
+  EXPECT_EQ(A->T->stats().MailboxRingsDeclined, 1u);
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return B->T->stats().MailboxRegisteredBytes == 0;
+  })) << "B kept the ring it offered";
+  EXPECT_EQ(B->T->stats().DroppedFrames, 0u);
 }
 
 TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
