@@ -2,6 +2,7 @@
  * mpirun (or srun --mpi=pmix) with no hosts file.
  *
  *   mpirun -n N tc-mpi-chase [--chases C] [--depth D] [--entries E]
+ *                            [--report [--rows]]
  *
  * Every rank creates a tc worker with TC_BOOTSTRAP_PMIX: libtc publishes
  * the UCX worker address under the rank and meets the other ranks in a
@@ -18,11 +19,18 @@
  * and every rank exits 0 after a closing barrier. On any failure rank 0
  * prints the reason, tells the live ranks (which print it too), and all
  * exit 1. A rank that dies is found by rank 0's flushes to every rank.
+ *
+ * With --report, every rank also times one barrier and the first flush of
+ * each endpoint it made, and after the closing barrier measures itself
+ * (memory, registered bytes) and sends that to rank 0, which prints the
+ * spread over the ranks (--rows: every rank's row too; rank_report.h)
+ * before its ok line.
  */
 #include <tc/tc.h>
 
 #include "dapc_chase.h"
 #include "dapc_table.h"
+#include "rank_report.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -105,6 +113,7 @@ int main(int argc, char **argv) {
   uint64_t chases = 100, depth = 64, entries = 1 << 16;
   uint64_t timeout_ms = 30000, barriers = 0;
   long kill_rank = -1;
+  int report = 0, rows = 0;
   const char *ifunc_path = getenv("TC_IFUNC_PATH");
   char path_buf[PATH_MAX];
   for (int i = 1; i < argc; ++i) {
@@ -125,14 +134,21 @@ int main(int argc, char **argv) {
       kill_rank = (long)parse_count(a, v), ++i; /* fault injection */
     else if (!strcmp(a, "-v"))
       verbose = 1;
+    else if (!strcmp(a, "--report"))
+      report = 1;
+    else if (!strcmp(a, "--rows"))
+      rows = 1;
     else if (!strcmp(a, "--help")) {
       puts("USAGE: mpirun -n N tc-mpi-chase [--chases C] [--depth D] "
            "[--entries E]\n"
            "         [--timeout MS] [--ifunc-path DIR] [--barriers K] [-v]\n"
+           "         [--report [--rows]]\n"
            "Rank 0 injects C pointer chases of depth D into a table of E "
            "entries\nsharded over all N ranks and checks every end value.\n"
            "-v: timings on stderr; --barriers K: first time K job-wide "
-           "barriers (the\nPMIx fence without data).");
+           "barriers (the\nPMIx fence without data). --report: rank 0 "
+           "prints what each rank cost\n(wire-up and connect times, "
+           "memory, registered bytes); --rows: per rank.");
       return 0;
     } else
       die("unknown argument '%s' (try --help)", a);
@@ -193,6 +209,27 @@ int main(int argc, char **argv) {
             job_size, (unsigned long long)barriers,
             (now_ms() - t_barriers) / (double)barriers);
   barrier_done = 0;
+  rank_report_t me;
+  memset(&me, 0, sizeof me);
+  me.rank = self_rank;
+  me.wireup_ms = t_create;
+  rank_reports_t all = {NULL, job_size, 0};
+  if (report) {
+    if (!(all.r = calloc(job_size, sizeof *all.r)))
+      die("out of memory");
+    tc_worker_set_target_args(w, RANK_REPORT_FN, &all);
+    tc_worker_register_local(w, RANK_REPORT_FN, rank_report_keep);
+    double t = now_ms();
+    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+      die("cannot enter a barrier: %s", tc_status_string(st));
+    while (!barrier_done)
+      if (!tc_worker_progress(w))
+        tc_worker_wait(w, 100);
+    if (barrier_status != TC_OK)
+      die("a barrier failed: %s", tc_status_string(barrier_status));
+    barrier_done = 0;
+    me.barrier_ms = now_ms() - t;
+  }
   if (entries < job_size)
     die("--entries %llu is less than the %u ranks",
         (unsigned long long)entries, job_size);
@@ -208,9 +245,11 @@ int main(int argc, char **argv) {
   if (!shard || !peers)
     die("out of memory");
   dapc_fill_shard(&perm, lo, hi, shard);
+  double t_connect = now_ms();
   for (uint32_t r = 0; r < job_size; ++r)
     if ((st = tc_ep_connect_rank(w, r, &peers[r])) != TC_OK)
       die("cannot connect to rank %u: %s", r, tc_status_string(st));
+  me.connect_ms = now_ms() - t_connect;
   tc_ifunc_h chaser, result;
   if (tc_ifunc_register(w, "dapc", &chaser) != TC_OK ||
       tc_ifunc_register(w, "dapc_result", &result) != TC_OK)
@@ -226,6 +265,18 @@ int main(int argc, char **argv) {
   dapc_client_t client = {0, ends, chases + 1};
   tc_worker_set_target_args(w, "dapc_result", &client);
   tc_worker_register_local(w, "mpi_chase.stop", on_stop);
+  if (report) {
+    /* Each endpoint flushed once: the peer answered. Only now that the
+     * chaser's state is set: a flush progresses this worker, and the
+     * chases of ranks done with theirs may arrive meanwhile. */
+    t_connect = now_ms();
+    for (uint32_t r = 0; r < job_size; ++r)
+      if ((st = tc_ep_flush(peers[r], (int)timeout_ms)) != TC_OK)
+        die("the first flush to rank %u failed: %s", r,
+            tc_status_string(st));
+    me.connect_ms += now_ms() - t_connect;
+  }
+  double t_work = now_ms();
 
   /* Fault injection for the tests: this rank dies once every rank has
    * connected (a barrier, so that no connect races the death). */
@@ -325,6 +376,34 @@ int main(int argc, char **argv) {
     die("stopping: rank 0 reports: %s", stop_reason);
   if (barrier_status != TC_OK)
     die("the closing barrier failed: %s", tc_status_string(barrier_status));
+  if (report) {
+    /* Every rank measures itself once all chases are done; rank 0 gathers
+     * the reports before a last barrier and prints them. */
+    me.work_ms = now_ms() - t_work;
+    rank_report_stats(w, &me);
+    if (rank_report_memory(&me) != 0)
+      die("cannot read /proc/self/smaps_rollup");
+    if (self_rank == 0)
+      rank_report_keep(&me, sizeof me, &all);
+    else if ((st = tc_ep_send_local(peers[0], RANK_REPORT_FN, &me, sizeof me,
+                                    NULL, NULL)) != TC_INPROGRESS ||
+             (st = tc_ep_flush(peers[0], (int)timeout_ms)) != TC_OK)
+      die("cannot send the report to rank 0: %s", tc_status_string(st));
+    barrier_done = 0;
+    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
+      die("cannot enter the report's barrier: %s", tc_status_string(st));
+    while (!barrier_done)
+      if (!tc_worker_progress(w))
+        tc_worker_wait(w, 100);
+    if (barrier_status != TC_OK)
+      die("the report's barrier failed: %s",
+          tc_status_string(barrier_status));
+    if (self_rank == 0) {
+      if (all.count != job_size)
+        die("%u of %u ranks reported", all.count, job_size);
+      rank_report_print(stdout, "tc-mpi-chase", &all, rows);
+    }
+  }
   if (self_rank == 0) {
     note("closing barrier %.2f ms", now_ms() - t_barrier);
     printf("tc-mpi-chase: %llu chases of depth %llu over %u ranks: ok\n",
@@ -342,5 +421,6 @@ int main(int argc, char **argv) {
   free(peers);
   free(shard);
   free(ends);
+  free(all.r);
   return 0;
 }

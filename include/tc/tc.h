@@ -276,6 +276,10 @@ typedef struct tc_worker_stats {
                                   (TC_CONTEXT_PARAM_FIELD_PREWARM); 0: none. */
     uint64_t mailbox_direct; /**< Of mailbox_sent, those the send fast path
                                   wrote itself (the transport's lane). */
+    uint64_t mailbox_registered_bytes; /**< Memory registered now for
+                                  mailboxes: rings offered, flags, areas. */
+    uint64_t mailbox_areas;  /**< Large-frame areas registered now (one per
+                                  peer that sent a message needing one). */
 } tc_worker_stats_t;
 
 const char *tc_status_string(tc_status_t status);

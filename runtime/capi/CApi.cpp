@@ -515,6 +515,8 @@ tc_status_t tc_worker_query_stats(tc_worker_h W, tc_worker_stats_t *Out) {
   S.mailbox_received = T.MailboxReceived;
   S.prewarm_ms = W->RT->jit().prewarmMillis().value_or(0);
   S.mailbox_direct = C.LaneFrames;
+  S.mailbox_registered_bytes = T.MailboxRegisteredBytes;
+  S.mailbox_areas = T.MailboxAreas;
   *Out = S;
   return TC_OK;
 }

@@ -9,8 +9,8 @@
 // The same bytes read as a batch body (Batch.h) must split into records
 // that rebuild it exactly, or stop at a defect; read as a mailbox slot
 // (Mailbox.h), a frame within the slot or an error, and a signal word a
-// span within the ring's mapping; read as a mailbox offer
-// or accept record, what decodes re-encodes to the same bytes.
+// span within the ring's mapping; read as a mailbox offer, accept or area
+// offer record, what decodes re-encodes to the same bytes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,6 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
     // within the area, header first.
     static char Area[4096];
     tc::mailbox::Reader R(tc::mailbox::Geometry{64, 8, 2, sizeof Area});
+    R.setArea(true);
     if (R.resolveArea(Area, *Slot) &&
         (Slot->Header.size() != Slot->AreaHeader ||
          Slot->Header.data() < Area ||
@@ -109,6 +110,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *Data, size_t Size) {
   }
   if (llvm::Expected<tc::mailbox::Accept> A = tc::mailbox::decodeAccept(Bytes)) {
     if (tc::mailbox::encodeAccept(*A) != Bytes)
+      __builtin_trap();
+  } else {
+    llvm::consumeError(A.takeError());
+  }
+  if (llvm::Expected<tc::mailbox::AreaOffer> A =
+          tc::mailbox::decodeAreaOffer(Bytes)) {
+    if (tc::mailbox::encodeAreaOffer(*A) != Bytes ||
+        A->declined() != A->RemoteKey.empty())
       __builtin_trap();
   } else {
     llvm::consumeError(A.takeError());

@@ -97,6 +97,10 @@ Expected<ConnId> Runtime::started(Expected<ConnId> C, bool Hold) {
   if (!C)
     return C.takeError();
   Conn &S = conn(*C);
+  // A connection the peer opened first, which UCX matched ours into
+  // (connectAddress()): Hellos are exchanged there already.
+  if (S.HelloSent)
+    return C;
   S.Blocked = S.AwaitingHello = Hold;
   sendHello(*C, S);
   return C;

@@ -40,7 +40,7 @@ Error Geometry::check() const {
 
 /// Longest packed remote key a record carries (UCX's are tens of bytes).
 constexpr size_t MaxRemoteKey = 4096;
-constexpr size_t OfferFixed = 27, AcceptFixed = 11;
+constexpr size_t OfferFixed = 27, AcceptFixed = 11, AreaOfferFixed = 15;
 
 static Error badRecord(const Twine &What, const Twine &Msg) {
   return createStringError("malformed mailbox " + What + ": " + Msg);
@@ -116,6 +116,41 @@ Expected<Accept> decodeAccept(StringRef B) {
   Accept A;
   A.FlagsAddress = endian::read64le(B.data() + 1);
   Expected<std::string> Key = remoteKeyAt(B, AcceptFixed, "accept");
+  if (!Key)
+    return Key.takeError();
+  A.RemoteKey = std::move(*Key);
+  return A;
+}
+
+std::string encodeAreaOffer(const AreaOffer &A) {
+  std::string Out(AreaOfferFixed, '\0');
+  char *P = &Out[0];
+  P[0] = char(RecordVersion);
+  endian::write32le(P + 1, A.AreaBytes);
+  endian::write64le(P + 5, A.Address);
+  endian::write16le(P + 13, uint16_t(A.RemoteKey.size()));
+  return Out + A.RemoteKey;
+}
+
+Expected<AreaOffer> decodeAreaOffer(StringRef B) {
+  if (Error E = checkRecordHead(B, AreaOfferFixed, "area offer"))
+    return std::move(E);
+  AreaOffer A;
+  A.AreaBytes = endian::read32le(B.data() + 1);
+  A.Address = endian::read64le(B.data() + 5);
+  if (A.declined()) {
+    // Declined: nothing else.
+    if (A.Address || endian::read16le(B.data() + 13) ||
+        B.size() != AreaOfferFixed)
+      return badRecord("area offer", "a declined area with an address or "
+                                     "a remote key");
+    return A;
+  }
+  Geometry G;
+  G.AreaBytes = A.AreaBytes;
+  if (Error E = G.check())
+    return badRecord("area offer", toString(std::move(E)));
+  Expected<std::string> Key = remoteKeyAt(B, AreaOfferFixed, "area offer");
   if (!Key)
     return Key.takeError();
   A.RemoteKey = std::move(*Key);

@@ -10,10 +10,12 @@
 // frame on in place, as if it had come as an active message. Credit goes
 // back by put too: the receiver writes how many slots it has released into
 // a word of the sender's own registered memory, a bank of slots at a time.
-// A frame too big for a span goes into the large-frame area behind the
-// ring, announced by a slot that says where (so it keeps its place in the
-// ring's order); the area's credit is the position the receiver released.
-// docs/wire-format.md, "Mailboxes", gives every byte.
+// A frame too big for a span goes into the large-frame area, announced by
+// a slot that says where (so it keeps its place in the ring's order); the
+// area's credit is the position the receiver released. The area is
+// registered apart from the ring, and only once the sender asks for it
+// (before it sends its first such frame), so a connection that never sends
+// one registers none. docs/wire-format.md, "Mailboxes", gives every byte.
 //
 // This file is the part without UCX: the slot and record layouts (decoded
 // from untrusted bytes: every size is checked, a defect is an error, never a
@@ -43,9 +45,10 @@
 namespace tc {
 namespace mailbox {
 
-/// The version byte of offer and accept records. 3: a large-frame area
-/// behind the ring (2: frames span slots; 1: one frame per slot).
-constexpr uint8_t RecordVersion = 3;
+/// The version byte of offer, accept and area offer records. 4: the
+/// large-frame area is registered apart, when the sender asks for it (3:
+/// an area behind every ring; 2: frames span slots; 1: one frame per slot).
+constexpr uint8_t RecordVersion = 4;
 
 /// Bytes of a slot in front of the frame: signal word, AM count, sizes.
 constexpr size_t SlotHeaderBytes = 16;
@@ -73,9 +76,10 @@ struct Geometry {
   uint32_t SlotBytes = 128;
   uint32_t Slots = 128;
   uint32_t BankSlots = 32;
-  /// The large-frame area behind the ring and its tail: frames too big for
-  /// a span (up to a quarter of it) are written there, each announced by a
-  /// slot in the ring, which keeps them in order. 0: no area.
+  /// The large-frame area the receiver registers when the sender asks for
+  /// it (AreaOffer): frames too big for a span (up to a quarter of it) are
+  /// written there, each announced by a slot in the ring, which keeps them
+  /// in order. 0: the receiver offers none.
   uint32_t AreaBytes = 256 << 10;
 
   /// The ring's size in bytes, without the tail.
@@ -88,12 +92,11 @@ struct Geometry {
     uint32_t Max = std::min(Slots / 2, Slots - BankSlots + 1);
     return Max ? Max : 1;
   }
-  /// Where the large-frame area starts: behind the ring and its tail.
-  size_t areaOffset() const {
+  /// The memory registered for the ring: the ring and its tail (the
+  /// large-frame area is registered apart, when asked for).
+  size_t mappedBytes() const {
     return bytes() + size_t(spanMax() - 1) * SlotBytes;
   }
-  /// The memory registered for the ring: the ring, its tail and the area.
-  size_t mappedBytes() const { return areaOffset() + AreaBytes; }
   /// The largest frame the area takes (0 without one): a quarter of it,
   /// so that several are in flight (sizes are 16-bit).
   size_t areaMaxFrame() const {
@@ -133,6 +136,20 @@ struct Accept {
 };
 std::string encodeAccept(const Accept &A);
 llvm::Expected<Accept> decodeAccept(llvm::StringRef Bytes);
+
+/// What a receiver answers a sender that asks for the ring's large-frame
+/// area: where the area is and its packed remote key, or (AreaBytes 0, no
+/// address, no key) that it declines, and the sender's large frames go as
+/// active messages.
+struct AreaOffer {
+  /// The area's size: the ring offer's Geometry::AreaBytes, or 0.
+  uint32_t AreaBytes = 0;
+  uint64_t Address = 0;
+  std::string RemoteKey;
+  bool declined() const { return AreaBytes == 0; }
+};
+std::string encodeAreaOffer(const AreaOffer &A);
+llvm::Expected<AreaOffer> decodeAreaOffer(llvm::StringRef Bytes);
 
 /// The sender's flags, in memory it registered; only the receiver writes
 /// them (through its mapping of them), only the sender reads them.
@@ -331,14 +348,20 @@ public:
   }
   uint64_t released() const { return Released; }
 
+  /// The large-frame area (Geometry::AreaBytes) is registered and offered
+  /// to the sender (or, \p Has false, gone): resolveArea() takes frames
+  /// there only while it is.
+  void setArea(bool Has) { AreaSize = Has ? G.AreaBytes : 0; }
+  bool hasArea() const { return AreaSize != 0; }
   /// Points \p M's Header and Body (a SlotInArea message) into the area at
   /// \p Area, or returns false where the sender's position or sizes break
-  /// the area's rules (a defect: the message is dropped). The area is used
-  /// in order: a frame starts at or after where the previous one taken
-  /// ended, lies whole within the area, and within one area's length of
-  /// that end (so it never overlaps what is not taken yet).
+  /// the area's rules, or there is no area (a defect: the message is
+  /// dropped). The area is used in order: a frame starts at or after where
+  /// the previous one taken ended, lies whole within the area, and within
+  /// one area's length of that end (so it never overlaps what is not taken
+  /// yet).
   bool resolveArea(const char *Area, SlotMessage &M) const {
-    uint64_t Size = G.AreaBytes, Frame = M.AreaFrame;
+    uint64_t Size = AreaSize, Frame = M.AreaFrame;
     if (!Size || Frame > G.areaMaxFrame() || M.AreaPos < AreaConsumed ||
         M.AreaPos - AreaConsumed > Size - Frame ||
         (M.AreaPos & (Size - 1)) + Frame > Size)
@@ -367,6 +390,7 @@ private:
   uint64_t Consumed = 0;
   uint64_t Released = 0;
   uint64_t AreaConsumed = 0, AreaReleased = 0;
+  uint32_t AreaSize = 0; ///< G.AreaBytes while the area is there, else 0.
 };
 
 /// The sender's side of one ring, whole: where the ring is mapped, the next
@@ -376,7 +400,11 @@ private:
 /// (Transport::lane()). The transport keeps the lane open only while a
 /// frame may go straight into the ring (no frame waits for credit before
 /// it, the endpoint is up) and closes it for good before the ring's memory
-/// goes; a writer other than the transport checks isOpen() first.
+/// goes; a writer other than the transport checks isOpen() first. The
+/// large-frame area comes later, if at all: the transport asks the receiver
+/// for it when wantsArea() says a frame needs it, and attaches it
+/// (attachArea()) once it is mapped here; until then such frames are not
+/// written (No), and they go as active messages.
 /// Single-threaded, as the transport.
 class Lane {
 public:
@@ -396,26 +424,53 @@ public:
   /// Opens closed.
   Lane(Geometry G, char *Ring, const char *Flags, const uint32_t *AmSent,
        uint64_t *Sent)
-      : W(G), AreaMax(G.areaMaxFrame()), Ring(Ring), Flags(Flags),
-        AmSent(AmSent), Sent(Sent) {}
+      : W(G), AreaLimit(G.AreaBytes ? G.areaMaxFrame() : 0), Ring(Ring),
+        Flags(Flags), AmSent(AmSent), Sent(Sent) {}
   Lane(const Lane &) = delete;
   Lane &operator=(const Lane &) = delete;
 
   bool isOpen() const { return Open; }
   /// Opens or closes the lane to writers other than the transport.
   void setOpen(bool O) { Open = O && Ring; }
-  /// Closed for good: the ring and the flags are about to go.
+  /// Closed for good: the ring and the flags (and the area) are about to
+  /// go.
   void close() {
     Open = false;
     Ring = nullptr;
+    Area = nullptr;
+    AreaMax = 0;
   }
   const Writer &writer() const { return W; }
 
   /// Whether a frame of \p Bytes (header + body) goes into the ring: into
-  /// a span, or into the large-frame area.
+  /// a span, or into the large-frame area (attached, or still to come).
   bool takes(size_t Bytes) const {
-    return W.fits(Bytes) || Bytes <= AreaMax;
+    return W.fits(Bytes) || Bytes <= AreaLimit;
   }
+
+  /// Whether a frame of \p Bytes needs the large-frame area, which is not
+  /// attached yet and may still come: the receiver offers one, has not
+  /// declined it, and polls the ring.
+  bool wantsArea(size_t Bytes) {
+    if (Area || Bytes > AreaLimit || W.fits(Bytes))
+      return false;
+    return Ready || (Ready = loadWord(Flags + ReadyOffset, __ATOMIC_ACQUIRE));
+  }
+  /// The large-frame area is mapped here at \p At (Geometry::AreaBytes):
+  /// frames too big for a span are written there from now on.
+  void attachArea(char *At) {
+    if (!Ring || !AreaLimit)
+      return; // Closed for good, or declined meanwhile.
+    Area = At;
+    AreaMax = AreaLimit;
+  }
+  /// There will be no area (the receiver declined it, or it cannot be
+  /// mapped here): frames too big for a span go as active messages.
+  void noArea() {
+    Area = nullptr;
+    AreaMax = AreaLimit = 0;
+  }
+  bool hasArea() const { return Area != nullptr; }
 
   /// Writes a frame into the next span of slots: a header that
   /// \p EncodeHeader writes at the pointer it gets (at most \p HeaderMax
@@ -453,6 +508,7 @@ public:
   /// slot (SlotInArea) that says where: the frame keeps its place in the
   /// ring's order. Credit: the area's bytes the receiver released, read
   /// from our flags only when what was read last does not cover the frame.
+  /// No while no area is attached.
   Wrote writeToArea(llvm::StringRef Header, llvm::StringRef Body) {
     uint64_t Frame = Header.size() + Body.size();
     if (Frame > AreaMax)
@@ -467,7 +523,7 @@ public:
         return Wrote::NoCredit;
     }
     Wrote R = put(1, [&](char *Content) {
-      char *At = Ring + W.shape().areaOffset() + (Pos & (Size - 1));
+      char *At = Area + (Pos & (Size - 1));
       copyBytes(At, Header.data(), Header.size());
       copyBytes(At + Header.size(), Body.data(), Body.size());
       encodeSlotSizes(Content, *AmSent, Header.size(), Frame, SlotInArea);
@@ -518,7 +574,11 @@ private:
   }
 
   Writer W;
-  size_t AreaMax; ///< W.shape().areaMaxFrame().
+  /// The largest frame the attached area takes (0: no area attached), and
+  /// the largest it will take once attached (0: none will come).
+  size_t AreaMax = 0, AreaLimit;
+  /// The large-frame area as mapped here, once attached.
+  char *Area = nullptr;
   uint64_t AreaWritten = 0, AreaReleased = 0, AreaFrames = 0;
   uint64_t Credit = 0;
   bool Ready = false;

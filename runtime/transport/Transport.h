@@ -75,6 +75,19 @@ struct TransportStats {
   uint64_t MailboxNoCredit = 0; ///< Writes that found no credit (the frame
                                 ///< waits for it, in order).
   uint64_t Doorbells = 0;       ///< Wake-ups rung for a sleeping receiver.
+  /// Bytes registered now for mailboxes (rings offered to peers, the flags
+  /// of rings written, large-frame areas), as UCX reports their lengths.
+  uint64_t MailboxRegisteredBytes = 0;
+  /// Large-frame areas registered now (each for a peer that asked for one).
+  uint64_t MailboxAreas = 0;
+  /// Requests for a large-frame area declined (MailboxMaxAreas reached, or
+  /// the area could not be registered).
+  uint64_t MailboxAreasDeclined = 0;
+  /// Large-frame areas this transport asked its peers for (as a sender).
+  uint64_t MailboxAreaRequests = 0;
+  /// Rings peers offered that this transport declined (it cannot map them
+  /// here, or has mailboxes off): each peer then unregisters its ring.
+  uint64_t MailboxRingsDeclined = 0;
   /// Receive buffers for large (rendezvous) frames: allocated, and reused
   /// from the transport's pool.
   uint64_t RecvBuffersAllocated = 0;
@@ -251,8 +264,17 @@ struct UcxTransportOptions {
   /// maps the peer's memory here (shared memory). False: active messages
   /// only.
   bool Mailbox = true;
-  /// The ring offered to each peer: 128 slots of 128 bytes by default.
+  /// The ring offered to each peer: 128 slots of 128 bytes by default, and
+  /// a large-frame area of 256 KiB registered for a peer only when it asks
+  /// for it (before its first frame too big for a span of slots).
   mailbox::Geometry MailboxShape;
+  /// The most large-frame areas registered at once (one per peer that asks
+  /// for it); a request beyond is declined, and that peer's large frames go
+  /// as active messages.
+  uint64_t MailboxMaxAreas = UINT64_MAX;
+  /// Fault injection for tests: large-frame areas that peers offer are not
+  /// mapped (as where UCX cannot map them here) and are given back.
+  bool TestUnmappableAreas = false;
   /// How long wait() watches the rings before it sleeps (the sender then
   /// rings a doorbell), in microseconds. Short: a spinning process holds a
   /// core a sender may need (with more processes than cores, a 50 us spin

@@ -39,11 +39,21 @@
 namespace tc {
 namespace ucx {
 
+/// What a transport has registered for its mailboxes: bytes (as UCX
+/// reports the regions' lengths) and regions, counted up when a Region is
+/// allocated and down when it goes.
+struct Tally {
+  uint64_t Bytes = 0;
+  uint64_t Regions = 0;
+};
+
 /// Registered memory this process allocated (ucp_mem_map ALLOCATE, so that
 /// shared-memory transports can map it into peers), with its packed key.
 class Region {
 public:
-  static llvm::Expected<Region> allocate(ucp_context_h Ctx, size_t Bytes);
+  /// Counted in \p Count (which must outlive the region), if given.
+  static llvm::Expected<Region> allocate(ucp_context_h Ctx, size_t Bytes,
+                                         Tally *Count = nullptr);
   Region() = default;
   Region(Region &&O) { *this = std::move(O); }
   Region &operator=(Region &&O);
@@ -51,11 +61,19 @@ public:
   char *base() const { return Base; }
   uint64_t address() const { return reinterpret_cast<uint64_t>(Base); }
   const std::string &packedKey() const { return Key; }
+  /// The registered length (at least what was asked for).
+  size_t length() const { return Length; }
+  explicit operator bool() const { return Mem != nullptr; }
 
 private:
+  /// Unregisters the memory, if any (and uncounts it).
+  void reset();
+
   ucp_context_h Ctx = nullptr;
   ucp_mem_h Mem = nullptr;
   char *Base = nullptr;
+  size_t Length = 0;
+  Tally *Count = nullptr;
   std::string Key;
 };
 
@@ -87,6 +105,11 @@ private:
 /// The ring this process offers a peer, which the peer writes frames into.
 struct InRing {
   Region Ring;
+  /// The large-frame area, registered when the sender asked for it.
+  Region Area;
+  /// The sender asked for the area (it asks once; another request is a
+  /// defect).
+  bool AreaAsked = false;
   mailbox::Reader Read;
   /// The sender's flags (mailbox::SenderFlags), once it accepted.
   RemoteKey SenderFlags;
@@ -99,19 +122,26 @@ struct InRing {
   bool Asleep = false;
 
   explicit InRing(mailbox::Geometry G) : Read(G) {}
-  /// A new ring of shape \p G, zeroed (no slot signalled).
-  static llvm::Expected<std::unique_ptr<InRing>> create(ucp_context_h Ctx,
-                                                        mailbox::Geometry G);
+  /// A new ring of shape \p G, zeroed (no slot signalled), counted in
+  /// \p Count.
+  static llvm::Expected<std::unique_ptr<InRing>>
+  create(ucp_context_h Ctx, mailbox::Geometry G, Tally *Count);
   /// The record a welcome carries.
   std::string offer() const;
+  /// Registers the large-frame area (Geometry::AreaBytes, counted in
+  /// \p Count) and returns the record that offers it to the sender.
+  llvm::Expected<std::string> addArea(ucp_context_h Ctx, Tally *Count);
+  /// Unregisters the area (the sender will not use it).
+  void dropArea() {
+    Area = Region();
+    Read.setArea(false);
+  }
   /// The slot of the next message expected.
   char *nextSlot() const {
     return Ring.base() + Read.slotOffset(Read.next());
   }
-  /// The large-frame area (Geometry::AreaBytes), behind the ring's tail.
-  const char *area() const {
-    return Ring.base() + Read.shape().areaOffset();
-  }
+  /// The large-frame area (Geometry::AreaBytes), or null.
+  const char *area() const { return Area.base(); }
   /// Whether the next message's slot is signalled.
   bool hasNext() const {
     return Read.isNext(
@@ -125,6 +155,14 @@ struct OutRing {
   RemoteKey Ring; ///< mapped(): the ring's first slot.
   /// Our flags (mailbox::SenderFlags), which the receiver writes.
   Region Flags;
+  /// The large-frame area, once the receiver offered it and it is mapped
+  /// here (mapped(): its first byte).
+  RemoteKey Area;
+  /// Where the area stands: not asked for, asked for (its offer awaited),
+  /// attached to the lane, or not to be had (declined, not mapped here, or
+  /// none offered): then frames too big for a span go as active messages.
+  enum class AreaState : uint8_t { Unasked, Asked, Attached, None };
+  AreaState AreaIs = AreaState::Unasked;
   /// The writers' view of the two (shared with the runtime, which may
   /// hold it past this ring: it is closed when the ring goes).
   std::shared_ptr<mailbox::Lane> Lane;
@@ -141,7 +179,10 @@ struct OutRing {
   /// into each slot and counts its frames in \p *Sent (see mailbox::Lane).
   static llvm::Expected<std::unique_ptr<OutRing>>
   accept(ucp_context_h Ctx, ucp_ep_h Ep, const mailbox::Offer &Offer,
-         const uint32_t *AmSent, uint64_t *Sent);
+         const uint32_t *AmSent, uint64_t *Sent, Tally *Count);
+  /// Maps the area of \p Offer (not declined) on \p Ep and attaches it to
+  /// the lane.
+  llvm::Error attachArea(ucp_ep_h Ep, const mailbox::AreaOffer &Offer);
   /// The record the accept message carries.
   std::string acceptRecord() const;
 };

@@ -65,6 +65,8 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
   T->UseMailbox = Opts.Mailbox;
   T->Shape = Opts.MailboxShape;
   T->SpinUs = Opts.MailboxSpinUs;
+  T->MaxAreas = Opts.MailboxMaxAreas;
+  T->UnmappableAreas = Opts.TestUnmappableAreas;
   if (Opts.Mailbox) {
     if (Error E = Opts.MailboxShape.check())
       return std::move(E);
@@ -242,6 +244,18 @@ Expected<ConnId> UcxTransport::createEp(ucp_ep_params_t &P, std::string Peer) {
   ucs_status_t S = ucp_ep_create(Worker, &P, &Ep);
   if (S != UCS_OK)
     return ucxError("cannot connect to " + Peer, S);
+  // UCX matches endpoints that two workers create to each other's
+  // addresses: where the peer's endpoint reached us first, UCX made one
+  // for it (a peer connected by address, known by its reply endpoint) and
+  // hands that same endpoint back here. It is one connection, now ours
+  // (ucp_ep_create applied our error handler): a second one on the same
+  // endpoint would get the peer's answers to what it sent on the first.
+  if (auto It = ByEp.find(Ep); It != ByEp.end()) {
+    if (Conn *Co = findConn(It->second); Co && Co->Ep == Ep) {
+      Co->Owned = true;
+      return It->second;
+    }
+  }
   return addConn(Ep, std::move(Peer));
 }
 
@@ -321,7 +335,10 @@ Expected<ConnId> UcxTransport::connectAddress(StringRef Address) {
   ucp_ep_params_t P{};
   P.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
   P.address = reinterpret_cast<const ucp_address_t *>(Address.data());
-  return createEp(P, "worker address peer");
+  Expected<ConnId> C = createEp(P, "worker address peer");
+  if (C)
+    Conns[*C].ByAddress = true;
+  return C;
 }
 
 void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {

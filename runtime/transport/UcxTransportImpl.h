@@ -89,10 +89,22 @@ constexpr unsigned InlineAmId = 0x7A, MailboxAmId = 0x7B, TcAmId = 0x7C,
                    WelcomeAmId = 0x7D, TokenAmId = 0x7E, BatchAmId = 0x7F;
 /// The first header byte of a MailboxAmId message (a token follows):
 /// a sender accepting the ring offered in its welcome (data: the accept
-/// record), waking a receiver that sleeps (no data), or saying that it
-/// closes the connection (no data): the peer then reports the loss of the
-/// connection that follows as a close, not as a failure.
-enum : uint8_t { MailboxAccept = 1, MailboxDoorbell = 2, Goodbye = 3 };
+/// record), waking a receiver that sleeps (no data), saying that it closes
+/// the connection (no data: the peer then reports the loss of the
+/// connection that follows as a close, not as a failure), a sender asking
+/// for the ring's large-frame area (no data), the receiver's answer (data:
+/// the area offer record, or a declined one), a sender giving up an area
+/// it was offered and cannot map (no data), and a sender declining the
+/// ring its welcome offered (no data: it cannot map it, over TCP say).
+enum : uint8_t {
+  MailboxAccept = 1,
+  MailboxDoorbell = 2,
+  Goodbye = 3,
+  MailboxAreaAsk = 4,
+  MailboxAreaOffer = 5,
+  MailboxAreaDrop = 6,
+  MailboxRingDrop = 7,
+};
 /// Most frames one progress() takes from one ring before it lets UCX and
 /// the other rings have their turn.
 constexpr unsigned RingBurst = 16;
@@ -313,6 +325,8 @@ public:
     TransportStats S = Stats;
     S.RecvBuffersAllocated = Pool.Allocated;
     S.RecvBuffersReused = Pool.Reused;
+    S.MailboxRegisteredBytes = RingMemory.Bytes + AreaMemory.Bytes;
+    S.MailboxAreas = AreaMemory.Regions;
     return S;
   }
 
@@ -322,6 +336,9 @@ private:
     /// False for the reply endpoint of a peer that connected by address:
     /// UCX made it and UCX closes it (closing it ourselves trips UCX).
     bool Owned = true;
+    /// Made by worker address (ours, or a peer's reply endpoint): UCX may
+    /// report nothing when the peer closes it, so its goodbye ends it.
+    bool ByAddress = false;
     /// The peer said goodbye (it closes the connection on purpose).
     bool PeerClosing = false;
     std::string Peer; ///< For messages: host:port or "address peer".
@@ -627,8 +644,19 @@ private:
   /// Tells \p Co's peer that we close the connection, after every frame
   /// sent on it (the same endpoint keeps the order).
   void sayGoodbye(Conn &Co, ConnId C);
-  /// Sends the MailboxAmId message \p Kind (no data) to \p Co's peer.
-  void postControl(Conn &Co, ConnId C, uint8_t Kind);
+  /// Sends the MailboxAmId message \p Kind to \p Co's peer, with
+  /// \p Data.
+  void postControl(Conn &Co, ConnId C, uint8_t Kind,
+                   StringRef Data = StringRef());
+  /// Asks \p Co's peer for its ring's large-frame area (once).
+  LLVM_ATTRIBUTE_NOINLINE void askForArea(Conn &Co, ConnId C);
+  /// The area messages of \p Co, from onMailboxAm(): a request (we are
+  /// the receiver), an offer (the sender), a drop (the receiver).
+  void onAreaAsk(Conn &Co, ConnId C, StringRef Data);
+  void onAreaOffer(Conn &Co, ConnId C, StringRef Data);
+  void onAreaDrop(Conn &Co, StringRef Data);
+  /// A sender declines the ring we offered: it goes.
+  void onRingDrop(Conn &Co, StringRef Data);
   /// How a connection to \p Peer that said goodbye is reported.
   static std::string closedByPeer(StringRef Peer) {
     return formatv("connection to {0} closed by the peer", Peer).str();
@@ -729,6 +757,9 @@ private:
   TransportHandler *Handler = nullptr;
   /// Declared before Conns: arrivals give their buffers back to it.
   RecvPool Pool;
+  /// Memory registered for mailboxes: rings offered and flags, and
+  /// large-frame areas (declared before Conns, whose regions count here).
+  ucx::Tally RingMemory, AreaMemory;
   /// Rendezvous receives UCX has not completed, on open and closed
   /// connections alike, and how many of them each endpoint carries.
   DenseMap<Arrival *, std::shared_ptr<Arrival>> Receiving;
@@ -803,6 +834,11 @@ private:
   // Mailboxes.
   bool UseMailbox = true;
   mailbox::Geometry Shape;
+  /// The most large-frame areas registered at once; a request beyond is
+  /// declined (UcxTransportOptions::MailboxMaxAreas).
+  uint64_t MaxAreas = UINT64_MAX;
+  /// UcxTransportOptions::TestUnmappableAreas.
+  bool UnmappableAreas = false;
   unsigned SpinUs = 50;
   /// A ring a sender accepted, with its connection (a std::map node: it
   /// does not move; dropMailboxes() removes the entry before the
@@ -822,9 +858,10 @@ private:
   std::vector<std::unique_ptr<ucx::InRing>> Retired;
   /// Connections whose Pending may be non-empty.
   SmallVector<ConnId, 4> PendingConns;
-  /// Connections of peers that connected by address and said goodbye,
-  /// with when: UCX reports nothing when such a peer closes (the reply
-  /// endpoint is UCX's), so endClosedPeers() ends them here.
+  /// Connections made by address whose peer said goodbye, with when: UCX
+  /// may report nothing when such a peer closes (a reply endpoint is
+  /// UCX's; endpoints UCX matched report nothing either), so
+  /// endClosedPeers() ends them here.
   SmallVector<std::pair<ConnId, std::chrono::steady_clock::time_point>, 2>
       Ended;
 };

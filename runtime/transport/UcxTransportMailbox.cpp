@@ -50,10 +50,17 @@ mailbox::Lane::Wrote UcxTransport::writeSlot(Conn &Co, ConnId C,
                                              StringRef Body) {
   // The lane writes the slot and its signal (Mailbox.h); the doorbell, an
   // active message, is ours.
-  uint64_t InArea = Co.Out->Lane->areaFrames();
-  mailbox::Lane::Wrote R = Co.Out->Lane->write(Header, Body);
-  Stats.MailboxAreaFrames += Co.Out->Lane->areaFrames() - InArea;
-  if (R == mailbox::Lane::Wrote::Doorbell) {
+  mailbox::Lane &L = *Co.Out->Lane;
+  uint64_t InArea = L.areaFrames();
+  mailbox::Lane::Wrote R = L.write(Header, Body);
+  Stats.MailboxAreaFrames += L.areaFrames() - InArea;
+  if (LLVM_UNLIKELY(R == mailbox::Lane::Wrote::No) &&
+      Co.Out->AreaIs == ucx::OutRing::AreaState::Unasked &&
+      L.wantsArea(Header.size() + Body.size())) {
+    // The first frame that needs the large-frame area: ask for it. This
+    // frame, and those until the area is here, go as active messages.
+    askForArea(Co, C);
+  } else if (R == mailbox::Lane::Wrote::Doorbell) {
     ringDoorbell(Co, C);
     R = mailbox::Lane::Wrote::Yes;
   } else if (R == mailbox::Lane::Wrote::NoCredit) {
@@ -146,12 +153,97 @@ void UcxTransport::sayGoodbye(Conn &Co, ConnId C) {
     postControl(Co, C, Goodbye);
 }
 
-void UcxTransport::postControl(Conn &Co, ConnId C, uint8_t Kind) {
+void UcxTransport::postControl(Conn &Co, ConnId C, uint8_t Kind,
+                               StringRef Data) {
   char Head[1 + TokenSize];
   Head[0] = char(Kind);
   support::endian::write64le(Head + 1, Co.PeerToken);
-  post(Co, C, MailboxAmId, StringRef(Head, sizeof Head), StringRef(),
+  post(Co, C, MailboxAmId, StringRef(Head, sizeof Head), Data,
        /*Reply=*/!Co.PeerToken, nullptr);
+}
+
+void UcxTransport::askForArea(Conn &Co, ConnId C) {
+  Co.Out->AreaIs = ucx::OutRing::AreaState::Asked;
+  ++Stats.MailboxAreaRequests;
+  postControl(Co, C, MailboxAreaAsk);
+}
+
+void UcxTransport::onAreaAsk(Conn &Co, ConnId C, StringRef Data) {
+  // Asked once per ring, by a sender that accepted it.
+  ucx::InRing *In = Co.In.get();
+  if (!In || !In->Accepted || In->AreaAsked || !Data.empty()) {
+    ++Stats.DroppedFrames;
+    return;
+  }
+  In->AreaAsked = true;
+  std::string Record;
+  if (AreaMemory.Regions < MaxAreas) {
+    Expected<std::string> R = In->addArea(Context, &AreaMemory);
+    if (R)
+      Record = std::move(*R);
+    else
+      consumeError(R.takeError()); // Declined below.
+  }
+  if (Record.empty()) {
+    // Declined: the sender's large frames go as active messages.
+    ++Stats.MailboxAreasDeclined;
+    Record = mailbox::encodeAreaOffer(mailbox::AreaOffer());
+  }
+  postControl(Co, C, MailboxAreaOffer, Record);
+}
+
+void UcxTransport::onAreaOffer(Conn &Co, ConnId C, StringRef Data) {
+  using State = ucx::OutRing::AreaState;
+  if (!Co.Out || Co.Out->AreaIs != State::Asked) {
+    ++Stats.DroppedFrames; // Not asked for.
+    return;
+  }
+  ucx::OutRing &Out = *Co.Out;
+  Expected<mailbox::AreaOffer> O = mailbox::decodeAreaOffer(Data);
+  Error E = Error::success();
+  if (!O) {
+    ++Stats.DroppedFrames;
+    E = O.takeError();
+  } else if (O->declined()) {
+    Out.AreaIs = State::None;
+    Out.Lane->noArea();
+    return;
+  } else if (UnmappableAreas) {
+    E = createStringError("not mapped here (TestUnmappableAreas)");
+  } else {
+    E = Out.attachArea(Co.Ep, *O);
+  }
+  if (!E) {
+    Out.AreaIs = State::Attached;
+    return;
+  }
+  // Not usable here: large frames go as active messages, and the receiver
+  // is told so that it frees the area.
+  consumeError(std::move(E));
+  Out.AreaIs = State::None;
+  Out.Lane->noArea();
+  postControl(Co, C, MailboxAreaDrop);
+}
+
+void UcxTransport::onRingDrop(Conn &Co, StringRef Data) {
+  // Only a ring that was never accepted: none of it is polled or read.
+  if (!Co.In || Co.In->Accepted || !Data.empty()) {
+    ++Stats.DroppedFrames;
+    return;
+  }
+  Co.In.reset();
+}
+
+void UcxTransport::onAreaDrop(Conn &Co, StringRef Data) {
+  ucx::InRing *In = Co.In.get();
+  if (!In || !In->Area || !Data.empty()) {
+    ++Stats.DroppedFrames;
+    return;
+  }
+  // A sender gives back only an area it never wrote into; should a
+  // delivery from the ring run even so, the area goes with the ring.
+  if (!In->Delivering)
+    In->dropArea();
 }
 
 bool UcxTransport::drainRing(ConnId C, Conn *Co, uint32_t AmLimit,
@@ -327,19 +419,37 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
   }
   uint8_t Kind = *static_cast<const uint8_t *>(Header);
   ConnId C;
-  Conn *Co = Kind == Goodbye && !support::endian::read64le(
-                                    static_cast<const char *>(Header) + 1)
+  // Token 0: the sender has no token from us (we never welcomed it: it
+  // says goodbye before our welcome arrived, or, as a receiver, answers a
+  // sender that sent it nothing but mailbox requests), and sent with REPLY.
+  Conn *Co = !support::endian::read64le(static_cast<const char *>(Header) + 1)
                  ? T->byReplyEp(Param, C)
                  : T->byToken(static_cast<const char *>(Header) + 1, C);
   if (!Co)
     return UCS_OK;
   if (Kind == MailboxDoorbell)
     return UCS_OK; // Its arrival woke us; progress() polls the rings.
+  StringRef Bytes(static_cast<const char *>(Data), Length);
+  switch (Kind) {
+  case MailboxAreaAsk:
+    T->onAreaAsk(*Co, C, Bytes);
+    return UCS_OK;
+  case MailboxAreaOffer:
+    T->onAreaOffer(*Co, C, Bytes);
+    return UCS_OK;
+  case MailboxAreaDrop:
+    T->onAreaDrop(*Co, Bytes);
+    return UCS_OK;
+  case MailboxRingDrop:
+    T->onRingDrop(*Co, Bytes);
+    return UCS_OK;
+  }
   if (Kind == Goodbye) {
     // The connection's loss, when UCX reports it, is this close. For a
-    // peer that connected by address UCX reports none: end it ourselves.
+    // connection made by address UCX may report none (a peer's reply
+    // endpoint, or two endpoints UCX matched): end it ourselves.
     Co->PeerClosing = true;
-    if (!Co->Owned) {
+    if (Co->ByAddress) {
       T->Ended.emplace_back(C, std::chrono::steady_clock::now());
       T->Chores = true;
     }
@@ -363,8 +473,9 @@ ucs_status_t UcxTransport::onMailboxAm(void *Arg, const void *Header,
     // process's registered memory and not the other's: seen with every
     // transport enabled, two workers in one process): no credit could
     // ever go back, so the ring is not polled, and the peer, never told
-    // that it is, sends active messages only.
+    // that it is, sends active messages only. The ring goes.
     consumeError(Key.takeError());
+    Co->In.reset();
     return UCS_OK;
   }
   Co->In->SenderFlags = std::move(*Key);
@@ -408,7 +519,12 @@ void UcxTransport::endClosedPeers() {
       Ended.emplace_back(C, Since); // Frames still arriving: next round.
       continue;
     }
-    ByEp.erase(Co->Ep);
+    // Our own endpoint (not UCX's reply endpoint) is ours to close; the
+    // peer is gone from it, so without a flush.
+    if (Co->Owned)
+      closeEp(Co->Ep, /*Force=*/true);
+    else
+      ByEp.erase(Co->Ep);
     Lost.emplace_back(C, closedByPeer(Co->Peer));
   }
 }

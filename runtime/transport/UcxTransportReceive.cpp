@@ -35,6 +35,7 @@ ucs_status_t UcxTransport::onAm(void *Arg, const void *Header,
     // A peer that connected by worker address: its reply ep is new to us.
     C = T->addConn(Ep, "worker address peer");
     T->Conns[C].Owned = false;
+    T->Conns[C].ByAddress = true;
     T->Handler->onAccept(C);
   }
   Conn *Co = T->findConn(C);
@@ -60,7 +61,7 @@ void UcxTransport::welcome(ConnId C, Conn &Co) {
   std::string Offer;
   if (UseMailbox) {
     Expected<std::unique_ptr<ucx::InRing>> In =
-        ucx::InRing::create(Context, Shape);
+        ucx::InRing::create(Context, Shape, &RingMemory);
     if (In) {
       Co.In = std::move(*In);
       Offer = Co.In->offer();
@@ -91,22 +92,33 @@ ucs_status_t UcxTransport::onWelcome(void *Arg, const void *Header,
     return UCS_OK;
   Co->PeerToken = support::endian::read64le(Header);
   // A mailbox offer (rendezvous data is not read: tc's offers are small).
-  if (!T->UseMailbox || Length == 0 || Co->Out ||
-      (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+  if (Length == 0 || Co->Out || (Param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
     return UCS_OK;
+  // A ring we will not write into is declined, so that the peer does not
+  // keep it registered for nothing (a peer before kind 7 drops that).
+  auto Decline = [&] {
+    T->postControl(*Co, C, MailboxRingDrop);
+    ++T->Stats.MailboxRingsDeclined;
+    return UCS_OK;
+  };
+  if (!T->UseMailbox)
+    return Decline();
   Expected<mailbox::Offer> Offer = mailbox::decodeOffer(
       StringRef(static_cast<const char *>(Data), Length));
   if (!Offer) {
     consumeError(Offer.takeError()); // AMs only on this connection.
-    return UCS_OK;
+    return Decline();
   }
-  Expected<std::unique_ptr<ucx::OutRing>> Out = ucx::OutRing::accept(
-      T->Context, Co->Ep, *Offer, &Co->AmSent, &T->Stats.MailboxSent);
+  Expected<std::unique_ptr<ucx::OutRing>> Out =
+      ucx::OutRing::accept(T->Context, Co->Ep, *Offer, &Co->AmSent,
+                           &T->Stats.MailboxSent, &T->RingMemory);
   if (!Out) {
     consumeError(Out.takeError()); // Not mapped here (TCP, RDMA): AMs.
-    return UCS_OK;
+    return Decline();
   }
   Co->Out = std::move(*Out);
+  if (!Offer->Shape.AreaBytes) // No area to ask for.
+    Co->Out->AreaIs = ucx::OutRing::AreaState::None;
   T->gateLane(*Co);
   ++T->LaneGeneration;
   T->SendNowMax = std::max({T->SendNowMax, Offer->Shape.maxFrame(),

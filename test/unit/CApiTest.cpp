@@ -132,7 +132,8 @@ TEST(CApi, MailboxParamChoosesThePathOverSharedMemory) {
   // Workers on shared memory only, connected by address: with mailboxes
   // (the default) cached messages sent with no callback go through the
   // target's ring; with mailbox = 0 as active messages. Either way every
-  // one of them runs.
+  // one of them runs. The target registers its ring and no large-frame
+  // area until a message needs one (then one).
   const char *Old = std::getenv("UCX_TLS");
   std::string Saved = Old ? Old : "";
   setenv("UCX_TLS", "posix,self", 1);
@@ -199,12 +200,33 @@ TEST(CApi, MailboxParamChoosesThePathOverSharedMemory) {
       // (a burst may run the ring full: those wait in the transport).
       EXPECT_GT(S.mailbox_direct, 100u);
       EXPECT_LE(S.mailbox_direct, S.mailbox_sent);
+      EXPECT_GT(T.mailbox_registered_bytes, 16384u) << "the ring";
+      EXPECT_LT(T.mailbox_registered_bytes, 65536u) << "more than the ring";
+      EXPECT_GT(S.mailbox_registered_bytes, 0u) << "the flags";
+      EXPECT_EQ(T.mailbox_areas, 0u);
     } else {
       EXPECT_EQ(S.mailbox_sent, 0u);
       EXPECT_EQ(T.mailbox_received, 0u);
       EXPECT_EQ(S.mailbox_direct, 0u);
+      EXPECT_EQ(T.mailbox_registered_bytes, 0u);
+      EXPECT_EQ(S.mailbox_registered_bytes, 0u);
     }
     EXPECT_EQ(T.executed, 250u);
+    // Messages too big for a span of slots: the first asks for the area.
+    std::vector<uint64_t> Big(2500, 0);
+    Big[0] = 1;
+    tc_msg_h L;
+    ASSERT_EQ(tc_msg_create(F, Big.data(), Big.size() * 8, &L), TC_OK);
+    for (int I = 0; I < 20; ++I) {
+      ASSERT_EQ(tc_msg_send(Ep, L, nullptr, nullptr), TC_INPROGRESS);
+      ASSERT_TRUE(runUntil({Source, Target},
+                           [&] { return Counter == 251u + I; }));
+    }
+    tc_msg_free(L);
+    ASSERT_EQ(tc_worker_query_stats(Target, &T), TC_OK);
+    EXPECT_EQ(T.mailbox_areas, Mailbox < 0 ? 1u : 0u);
+    if (Mailbox < 0)
+      EXPECT_GT(T.mailbox_registered_bytes, 256u << 10) << "ring and area";
     tc_msg_free(M);
     tc_ifunc_deregister(F);
     tc_ep_destroy(Ep);

@@ -24,10 +24,12 @@ using namespace tc::mailbox;
 namespace {
 
 /// A sender and a receiver around one ring in this process; the sender
-/// writes through a Lane, as UcxTransport and the runtime do.
+/// writes through a Lane, as UcxTransport and the runtime do. The ring's
+/// large-frame area (if its shape has one) is attached from the start, as
+/// once the sender has asked for it.
 struct Loop {
   Geometry G;
-  std::vector<char> Ring;
+  std::vector<char> Ring, Area;
   alignas(64) char Flags[FlagsBytes] = {}; ///< The sender's SenderFlags.
   uint32_t AmSent = 0;
   uint64_t Sent = 0;
@@ -36,9 +38,13 @@ struct Loop {
   Reader R;
 
   explicit Loop(Geometry G)
-      : G(G), Ring(G.mappedBytes(), 0), L(G, Ring.data(), Flags, &AmSent, &Sent),
-        W(L.writer()), R(G) {
+      : G(G), Ring(G.mappedBytes(), 0), Area(G.AreaBytes, 0),
+        L(G, Ring.data(), Flags, &AmSent, &Sent), W(L.writer()), R(G) {
     storeWord(Flags + ReadyOffset, 1); // The receiver polls the ring.
+    if (G.AreaBytes) {
+      R.setArea(true);
+      L.attachArea(Area.data());
+    }
   }
   uint64_t released() const {
     return loadWord(Flags + ReleasedOffset, __ATOMIC_ACQUIRE);
@@ -64,7 +70,7 @@ struct Loop {
     if (!M)
       return false;
     if (M->InArea) {
-      EXPECT_TRUE(R.resolveArea(Ring.data() + G.areaOffset(), *M));
+      EXPECT_TRUE(R.resolveArea(Area.data(), *M));
       R.takeArea(*M);
     }
     H = M->Header.str();
@@ -138,8 +144,7 @@ TEST(Mailbox, CreditIsWholeBanksAndTheSenderStopsAtAFullRing) {
 
 TEST(Mailbox, FramesSpanSlotsUpToHalfTheRing) {
   Geometry G; // 128 slots of 128 bytes
-  EXPECT_EQ(G.areaOffset(), 128u * 128 + 63 * 128);
-  EXPECT_EQ(G.mappedBytes(), G.areaOffset() + (256 << 10));
+  EXPECT_EQ(G.mappedBytes(), 128u * 128 + 63 * 128) << "the ring and its tail";
   G.AreaBytes = 0; // The ring alone.
   Loop L(G);
   EXPECT_EQ(G.spanMax(), 64u);
@@ -406,9 +411,9 @@ TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
   EXPECT_EQ(Refusal(B + "!"),
             "malformed mailbox offer: 44 bytes, the remote key needs 43");
   std::string Bad = B;
-  Bad[0] = 2; // No large-frame area: not this ring.
+  Bad[0] = 3; // An area behind the ring: not this ring.
   EXPECT_EQ(Refusal(Bad),
-            "malformed mailbox offer: version 2 (this runtime reads 3)");
+            "malformed mailbox offer: version 3 (this runtime reads 4)");
   Bad = B;
   llvm::support::endian::write32le(&Bad[13], 3000); // Not a power of two.
   EXPECT_EQ(Refusal(Bad), "malformed mailbox offer: a mailbox area of 3000 "
@@ -437,6 +442,60 @@ TEST(Mailbox, RecordsRoundTripAndEveryCutOrExtensionIsRefused) {
   ASSERT_FALSE(!!Empty);
   EXPECT_EQ(llvm::toString(Empty.takeError()),
             "malformed mailbox accept: remote key of 0 bytes");
+}
+
+TEST(Mailbox, AreaOffersRoundTripAndEveryDefectIsRefused) {
+  AreaOffer O;
+  O.AreaBytes = 256 << 10;
+  O.Address = 0x7f0012345000;
+  O.RemoteKey = "area-key";
+  std::string B = encodeAreaOffer(O);
+  EXPECT_EQ(B.size(), 15u + 8);
+  auto D = decodeAreaOffer(B);
+  ASSERT_TRUE(!!D) << llvm::toString(D.takeError());
+  EXPECT_FALSE(D->declined());
+  EXPECT_EQ(D->AreaBytes, 256u << 10);
+  EXPECT_EQ(D->Address, O.Address);
+  EXPECT_EQ(D->RemoteKey, "area-key");
+  EXPECT_EQ(encodeAreaOffer(*D), B);
+  auto Refusal = [](const std::string &Bad) {
+    auto R = decodeAreaOffer(Bad);
+    return R ? std::string("accepted") : llvm::toString(R.takeError());
+  };
+  for (size_t Len = 0; Len < B.size(); ++Len)
+    EXPECT_NE(Refusal(B.substr(0, Len)), "accepted") << Len;
+  EXPECT_EQ(Refusal(B.substr(0, 3)),
+            "malformed mailbox area offer: 3 bytes, need at least 15");
+  EXPECT_EQ(Refusal(B + "!"),
+            "malformed mailbox area offer: 24 bytes, the remote key needs 23");
+  std::string Bad = B;
+  Bad[0] = 3;
+  EXPECT_EQ(Refusal(Bad),
+            "malformed mailbox area offer: version 3 (this runtime reads 4)");
+  Bad = B;
+  llvm::support::endian::write32le(&Bad[1], 5000);
+  EXPECT_EQ(Refusal(Bad), "malformed mailbox area offer: a mailbox area of "
+                          "5000 bytes (0, or a power of two from 4096 to 16 "
+                          "MiB)");
+  Bad = B;
+  llvm::support::endian::write16le(&Bad[13], 0);
+  EXPECT_EQ(Refusal(Bad.substr(0, 15)),
+            "malformed mailbox area offer: remote key of 0 bytes");
+  // Declined: 15 bytes, size 0, no address, no key; nothing else goes.
+  std::string No = encodeAreaOffer(AreaOffer());
+  EXPECT_EQ(No, std::string("\x04", 1) + std::string(14, '\0'));
+  auto ND = decodeAreaOffer(No);
+  ASSERT_TRUE(!!ND) << llvm::toString(ND.takeError());
+  EXPECT_TRUE(ND->declined());
+  for (size_t At : {5u, 13u}) {
+    Bad = No;
+    Bad[At] = 1;
+    EXPECT_EQ(Refusal(Bad), "malformed mailbox area offer: a declined area "
+                            "with an address or a remote key")
+        << At;
+  }
+  EXPECT_EQ(Refusal(No + "k"), "malformed mailbox area offer: a declined "
+                               "area with an address or a remote key");
 }
 
 TEST(Mailbox, MalformedSlotsAreRefused) {
@@ -529,7 +588,8 @@ TEST(Mailbox, LargeFramesGoThroughTheAreaInTheRingsOrder) {
 
   // The receiver's checks of a position the sender wrote.
   Reader R(G);
-  const char *Area = L.Ring.data() + G.areaOffset();
+  R.setArea(true);
+  const char *Area = L.Area.data();
   SlotMessage M;
   M.InArea = true;
   M.AreaHeader = 2;
@@ -553,6 +613,70 @@ TEST(Mailbox, LargeFramesGoThroughTheAreaInTheRingsOrder) {
   Reader NoArea(Geometry{64, 8, 2, 0});
   M.AreaFrame = 10;
   EXPECT_FALSE(NoArea.resolveArea(Area, M));
+  Reader NotYet(G); // An area offered, not registered yet (or given back).
+  M.AreaPos = 0;
+  EXPECT_FALSE(NotYet.resolveArea(Area, M));
+  NotYet.setArea(true);
+  EXPECT_TRUE(NotYet.resolveArea(Area, M));
+  NotYet.setArea(false);
+  EXPECT_FALSE(NotYet.resolveArea(Area, M));
+}
+
+TEST(Mailbox, ALaneWritesLargeFramesOnlyOnceItsAreaIsAttached) {
+  // The area comes later, when the transport has asked for it: until then
+  // a frame too big for a span is not written (it goes as an active
+  // message) and the lane says it wants the area; then it goes into the
+  // area, after the frames written before, in the ring's order.
+  Geometry G{64, 8, 2, 4096};
+  std::vector<char> Ring(G.mappedBytes(), 0), Area(G.AreaBytes, 0);
+  alignas(64) char Flags[FlagsBytes] = {};
+  uint32_t AmSent = 0;
+  uint64_t Sent = 0;
+  Lane L(G, Ring.data(), Flags, &AmSent, &Sent);
+  std::string Big(500, 'x');
+  EXPECT_TRUE(L.takes(500)) << "the area may still come";
+  EXPECT_FALSE(L.wantsArea(500)) << "the receiver does not poll the ring yet";
+  storeWord(Flags + ReadyOffset, 1);
+  EXPECT_TRUE(L.wantsArea(500));
+  EXPECT_FALSE(L.wantsArea(100)) << "a span holds it";
+  EXPECT_FALSE(L.wantsArea(1025)) << "over a quarter of the area";
+  EXPECT_EQ(L.write("h", "small"), Lane::Wrote::Yes);
+  EXPECT_EQ(L.write("h", Big), Lane::Wrote::No);
+  EXPECT_EQ(L.areaFrames(), 0u);
+  EXPECT_FALSE(L.hasArea());
+  L.attachArea(Area.data());
+  EXPECT_TRUE(L.hasArea());
+  EXPECT_FALSE(L.wantsArea(500)) << "it has one";
+  EXPECT_EQ(L.write("h", Big), Lane::Wrote::Yes);
+  EXPECT_EQ(L.areaFrames(), 1u);
+  EXPECT_EQ(std::string(Area.data() + 1, 500), Big);
+  // The receiver reads both in order, the second from the area.
+  Reader R(G);
+  R.setArea(true);
+  auto Slot = [&](uint64_t N) {
+    return llvm::StringRef(Ring.data() + R.slotOffset(N), G.SlotBytes);
+  };
+  auto M = readSlot(Slot(0));
+  ASSERT_TRUE(!!M) << llvm::toString(M.takeError());
+  EXPECT_EQ(M->Body, "small");
+  M = readSlot(Slot(1));
+  ASSERT_TRUE(!!M) << llvm::toString(M.takeError());
+  ASSERT_TRUE(M->InArea);
+  ASSERT_TRUE(R.resolveArea(Area.data(), *M));
+  EXPECT_EQ(M->Body, Big);
+  // Declined (or not mappable): no area, and the lane no longer takes such
+  // frames at all.
+  Lane Declined(G, Ring.data(), Flags, &AmSent, &Sent);
+  Declined.noArea();
+  EXPECT_FALSE(Declined.takes(500));
+  EXPECT_FALSE(Declined.wantsArea(500));
+  EXPECT_TRUE(Declined.takes(100));
+  Declined.attachArea(Area.data());
+  EXPECT_FALSE(Declined.hasArea()) << "attached after it was declined";
+  // No area offered at all.
+  Lane None(Geometry{64, 8, 2, 0}, Ring.data(), Flags, &AmSent, &Sent);
+  EXPECT_FALSE(None.takes(500));
+  EXPECT_FALSE(None.wantsArea(500));
 }
 
 } // namespace

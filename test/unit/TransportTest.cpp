@@ -292,14 +292,11 @@ struct Tls {
 const Tls Shm{"shm", "posix,self,tcp", "lo"};
 const Tls Tcp{"tcp", "tcp", "lo"};
 
-std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
-                               size_t MaxCopiedBacklog = 32 << 20) {
+/// A UCX transport on \p P's transports, with \p Opts for the rest.
+std::unique_ptr<Transport> ucxWith(const Tls &P, UcxTransportOptions Opts) {
   if (P.NetDevices)
     setenv("UCX_NET_DEVICES", P.NetDevices, 1); // read by ucp_config_read
-  UcxTransportOptions Opts;
   Opts.Transports = P.Transports;
-  Opts.Coalesce = Coalesce;
-  Opts.MaxCopiedBacklog = MaxCopiedBacklog;
   auto T = createUcxTransport(Opts);
   if (P.NetDevices)
     unsetenv("UCX_NET_DEVICES");
@@ -308,6 +305,14 @@ std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
     return nullptr;
   }
   return std::move(*T);
+}
+
+std::unique_ptr<Transport> ucx(const Tls &P, bool Coalesce = true,
+                               size_t MaxCopiedBacklog = 32 << 20) {
+  UcxTransportOptions Opts;
+  Opts.Coalesce = Coalesce;
+  Opts.MaxCopiedBacklog = MaxCopiedBacklog;
+  return ucxWith(P, Opts);
 }
 
 class UcxTransportTest : public ::testing::TestWithParam<Tls> {
@@ -1600,9 +1605,11 @@ struct MailboxPair {
   ConnId C = 0;
   std::vector<std::string> Headers, Bodies;
 
-  void setUp() {
-    A = std::make_unique<Side>(ucx(ShmOnly));
-    B = std::make_unique<Side>(ucx(ShmOnly));
+  /// With \p AOpts and \p BOpts for A's and B's transports.
+  void setUp(const UcxTransportOptions &AOpts = UcxTransportOptions(),
+             const UcxTransportOptions &BOpts = UcxTransportOptions()) {
+    A = std::make_unique<Side>(ucxWith(ShmOnly, AOpts));
+    B = std::make_unique<Side>(ucxWith(ShmOnly, BOpts));
     ASSERT_TRUE(A->T && B->T);
     auto Addr = B->T->address();
     ASSERT_TRUE(!!Addr) << llvm::toString(Addr.takeError());
@@ -1742,6 +1749,179 @@ TEST(UcxMailbox, FramesKeepTheirOrderAcrossMailboxAndActiveMessages) {
   EXPECT_EQ(SB.DroppedFrames, 0u);
 }
 
+/// A mix of frames around the first one that needs the large-frame area
+/// (sent with trySendNow(): a span, an area frame, an AM beside them, a
+/// small one), \p N times; B progresses only now and then, so the area's
+/// offer arrives while frames are on their way. Returns how many frames
+/// were too big for a span.
+unsigned mixAroundLargeFrames(MailboxPair &P, unsigned N, unsigned Seed) {
+  std::mt19937 Rng(Seed);
+  unsigned Large = 0;
+  for (unsigned I = 0; I < N; ++I) {
+    switch (Rng() % 5) {
+    case 0:
+      P.send(pattern(Rng() % 60, I), true); // One slot.
+      break;
+    case 1:
+      P.send(pattern(200 + Rng() % 3000, I), true); // A span.
+      break;
+    case 2:
+      P.send(pattern(Rng() % 60, I), false); // An AM.
+      break;
+    default:
+      P.send(pattern(9000 + Rng() % 40000, I), true); // The area's.
+      ++Large;
+    }
+    if (Rng() % 8 == 0)
+      P.A->progress();
+    if (Rng() % 16 == 0)
+      P.B->progress();
+  }
+  return Large;
+}
+
+TEST(UcxMailbox, AConnectionWithoutLargeFramesRegistersNoArea) {
+  // Slots, spans and AMs, none too big for a span: B registers its ring
+  // and nothing more, A its flags; nobody asks for an area.
+  MailboxPair P;
+  P.setUp();
+  for (unsigned I = 0; I < 400; ++I)
+    P.send(pattern(I % 3 ? I % 100 : 8000, I), I % 5 != 0);
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_GT(SA.MailboxSent, 200u);
+  EXPECT_EQ(SA.MailboxAreaRequests, 0u);
+  EXPECT_EQ(SB.MailboxAreas, 0u);
+  EXPECT_EQ(SA.MailboxAreas, 0u);
+  mailbox::Geometry G;
+  // UCX may round a registration up to its pages.
+  EXPECT_GE(SB.MailboxRegisteredBytes, G.mappedBytes());
+  EXPECT_LT(SB.MailboxRegisteredBytes, G.mappedBytes() + 8192)
+      << "more than the ring";
+  EXPECT_GE(SA.MailboxRegisteredBytes, mailbox::FlagsBytes);
+  EXPECT_LE(SA.MailboxRegisteredBytes, 8192u) << "more than the flags";
+}
+
+TEST(UcxMailbox, TheFirstLargeFrameGetsAnAreaAndEveryFrameArrivesInOrder) {
+  // The first frame too big for a span asks B for its area and goes as an
+  // AM; the frames after it go as AMs until the area is mapped, then into
+  // it, each in its place among the slots, spans and AMs around them.
+  MailboxPair P;
+  P.setUp();
+  P.expectAllInOrder();
+  uint64_t Before = P.B->T->stats().MailboxRegisteredBytes;
+  EXPECT_EQ(P.B->T->stats().MailboxAreas, 0u);
+  unsigned Large = mixAroundLargeFrames(P, 600, 11);
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_EQ(SA.MailboxAreaRequests, 1u) << "asked once";
+  // The first went as an AM (and those sent before the area came).
+  EXPECT_LT(SA.MailboxAreaFrames, Large);
+  EXPECT_EQ(SB.MailboxAreas, 1u);
+  EXPECT_GE(SB.MailboxRegisteredBytes, Before + (256 << 10));
+  EXPECT_GT(SA.MailboxAreaFrames, 50u) << "the area was not used";
+  EXPECT_EQ(SB.MailboxReceived, SA.MailboxSent);
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+  EXPECT_EQ(SA.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, AnAreaTheReceiverDeclinesLeavesLargeFramesToActiveMessages) {
+  // B registers no area (its bound is 0 areas): it declines, and A's large
+  // frames go as AMs, all of them arriving, in order.
+  UcxTransportOptions NoAreas;
+  NoAreas.MailboxMaxAreas = 0;
+  MailboxPair P;
+  P.setUp(UcxTransportOptions(), NoAreas);
+  P.expectAllInOrder();
+  mixAroundLargeFrames(P, 400, 12);
+  P.expectAllInOrder();
+  // Once declined, A's lane does not take such frames any more.
+  EXPECT_FALSE(P.A->T->lane(P.C)->takes(20000));
+  P.send(pattern(20000, 1), true);
+  P.expectAllInOrder();
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_EQ(SA.MailboxAreaRequests, 1u);
+  EXPECT_EQ(SB.MailboxAreasDeclined, 1u);
+  EXPECT_EQ(SB.MailboxAreas, 0u);
+  EXPECT_EQ(SA.MailboxAreaFrames, 0u);
+  EXPECT_GT(SA.MailboxSent, 100u) << "slots and spans still go by mailbox";
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, AnAreaTheSenderCannotMapIsGivenBack) {
+  // A cannot map the area B offers (fault injection): it tells B, which
+  // unregisters it, and A's large frames go as AMs, all arriving in order.
+  UcxTransportOptions Unmappable;
+  Unmappable.TestUnmappableAreas = true;
+  MailboxPair P;
+  P.setUp(Unmappable, UcxTransportOptions());
+  P.expectAllInOrder();
+  uint64_t Ring = P.B->T->stats().MailboxRegisteredBytes;
+  mixAroundLargeFrames(P, 400, 13);
+  P.expectAllInOrder();
+  ASSERT_TRUE(pump({P.A.get(), P.B.get()},
+                   [&] { return P.B->T->stats().MailboxAreas == 0; }))
+      << "B kept the area";
+  TransportStats SA = P.A->T->stats(), SB = P.B->T->stats();
+  EXPECT_EQ(SA.MailboxAreaRequests, 1u);
+  EXPECT_EQ(SB.MailboxAreasDeclined, 0u) << "B offered it";
+  EXPECT_EQ(SB.MailboxRegisteredBytes, Ring);
+  EXPECT_EQ(SA.MailboxAreaFrames, 0u);
+  EXPECT_FALSE(P.A->T->lane(P.C)->takes(20000));
+  EXPECT_EQ(SB.DroppedFrames, 0u);
+}
+
+TEST(UcxMailbox, ConnectingToAPeerThatConnectedFirstGivesItsConnection) {
+  // A connects to B by address and B hears from it first; then B connects
+  // to A's address. UCX matches B's endpoint to the one it made for A and
+  // hands that back: it is the connection B already has, not a second one
+  // (on which B would wait for answers that arrive on the first: a PMIx
+  // job's flushes hung so). Frames and answers go both ways on it, and
+  // each side's close is the other's.
+  auto A = std::make_unique<Side>(ucx(ShmOnly)),
+       B = std::make_unique<Side>(ucx(ShmOnly));
+  ASSERT_TRUE(A->T && B->T);
+  auto AddrA = A->T->address(), AddrB = B->T->address();
+  ASSERT_TRUE(AddrA && AddrB);
+  auto CA = A->T->connectAddress(*AddrB);
+  ASSERT_TRUE(!!CA) << llvm::toString(CA.takeError());
+  A->send(*CA, "hello", "from A");
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return B->E.Frames.size() == 1; }));
+  ASSERT_EQ(B->E.Accepts.size(), 1u);
+  ConnId FromA = B->E.Frames[0].Conn;
+  auto CB = B->T->connectAddress(*AddrA);
+  ASSERT_TRUE(!!CB) << llvm::toString(CB.takeError());
+  EXPECT_EQ(*CB, FromA) << "a second connection on the same endpoint";
+  // Answers come back on the connection asked on, both ways.
+  A->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
+    if (H == "ask")
+      A->T->send(C, "answer", "A", nullptr);
+  };
+  B->E.OnFrame = [&](ConnId C, llvm::StringRef H, llvm::StringRef) {
+    if (H == "ask")
+      B->T->send(C, "answer", "B", nullptr);
+  };
+  for (int I = 0; I < 20; ++I) {
+    A->send(*CA, "ask", "");
+    B->send(*CB, "ask", "");
+  }
+  auto Answers = [](Side &S, ConnId C) {
+    unsigned N = 0;
+    for (auto &F : S.E.Frames)
+      N += F.Header == "answer" && F.Conn == C;
+    return N;
+  };
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return Answers(*A, *CA) == 20 && Answers(*B, *CB) == 20;
+  })) << Answers(*A, *CA) << " " << Answers(*B, *CB);
+  EXPECT_TRUE(A->E.Accepts.empty());
+  EXPECT_EQ(B->E.Accepts.size(), 1u);
+  // B closes it (its endpoint now): A is told.
+  B->T->disconnect(*CB);
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] { return A->E.gone(*CA); }, 10000));
+  EXPECT_TRUE(A->E.closedByPeer(*CA)) << A->E.why(*CA);
+}
+
 TEST(UcxMailbox, APeerThatClosesIsReportedAfterEveryFrameItSent) {
   // A (connected by address: B's side is UCX's reply endpoint, of which UCX
   // reports no close) sends rendezvous frames, frames into B's ring behind
@@ -1793,8 +1973,8 @@ TEST(UcxMailbox, FramesQueuedBehindARendezvousComeAfterIt) {
 }
 
 TEST(UcxMailbox, NoRingOverTcp) {
-  // UCX cannot map a peer's memory over TCP: the offer is declined and
-  // every frame goes as an AM.
+  // UCX cannot map a peer's memory over TCP: the offer is declined (B then
+  // unregisters the ring) and every frame goes as an AM.
   auto A = std::make_unique<Side>(ucx(Tcp)), B = std::make_unique<Side>(ucx(Tcp));
   ASSERT_TRUE(A->T && B->T);
   auto Addr = B->T->address();
@@ -1813,6 +1993,11 @@ TEST(UcxMailbox, NoRingOverTcp) {
   EXPECT_EQ(A->T->stats().MailboxSent, 0u);
   EXPECT_EQ(B->T->stats().MailboxReceived, 0u);
   EXPECT_FALSE(A->T->lane(*C)) << "a lane without a ring";
+  EXPECT_EQ(A->T->stats().MailboxRingsDeclined, 1u);
+  ASSERT_TRUE(pump({A.get(), B.get()}, [&] {
+    return B->T->stats().MailboxRegisteredBytes == 0;
+  })) << "B kept the ring it offered";
+  EXPECT_EQ(B->T->stats().DroppedFrames, 0u);
 }
 
 TEST(UcxMailbox, ALaneStaysClosedWhileFramesWaitForCredit) {
@@ -2067,3 +2252,4 @@ TEST(UcxMailbox, KilledPeerIsReportedDuringMailboxTraffic) {
 }
 
 } // namespace
+
