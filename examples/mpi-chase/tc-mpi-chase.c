@@ -28,6 +28,9 @@
  */
 #include <tc/tc.h>
 
+#define JOB_TOOL_NAME "tc-mpi-chase"
+#include "job_tool.h"
+
 #include "dapc_chase.h"
 #include "dapc_table.h"
 #include "rank_report.h"
@@ -41,7 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint32_t self_rank, job_size;
 static int verbose;
 
 static double now_ms(void) {
@@ -59,24 +61,6 @@ static void note(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-}
-
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "tc-mpi-chase: rank %u: error: ", self_rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(1);
-}
-
-static uint64_t parse_count(const char *flag, const char *v) {
-  char *end;
-  unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-  if (!v || !*v || *end || x == 0)
-    die("bad %s '%s'", flag, v ? v : "");
-  return x;
 }
 
 /* The ranks' "stop" message from rank 0: the reason, as text. */
@@ -155,16 +139,8 @@ int main(int argc, char **argv) {
   }
   if (entries < 2)
     die("--entries must be at least 2");
-  if (!ifunc_path) { /* build/bin/tc-mpi-chase -> build/ifuncs */
-    ssize_t n = readlink("/proc/self/exe", path_buf, sizeof path_buf - 16);
-    if (n <= 0)
-      die("cannot find this executable");
-    path_buf[n] = '\0';
-    for (int up = 0; up < 2; ++up)
-      *strrchr(path_buf, '/') = '\0';
-    strcat(path_buf, "/ifuncs");
-    ifunc_path = path_buf;
-  }
+  if (!ifunc_path) /* build/bin/tc-mpi-chase -> build/ifuncs */
+    ifunc_path = job_tool_ifunc_path(path_buf);
 
   /* 1. Wire-up: context, then a worker that bootstraps through PMIx. */
   tc_context_params_t cp = {.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH,

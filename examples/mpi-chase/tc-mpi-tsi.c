@@ -23,6 +23,9 @@
  */
 #include <tc/tc.h>
 
+#define JOB_TOOL_NAME "tc-mpi-tsi"
+#include "job_tool.h"
+
 #include "rank_report.h"
 
 #include <limits.h>
@@ -32,26 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static uint32_t self_rank, job_size;
 static uint64_t timeout_ms = 60000;
-
-static void die(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "tc-mpi-tsi: rank %u: error: ", self_rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(1);
-}
-
-static uint64_t parse_count(const char *flag, const char *v) {
-  char *end;
-  unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-  if (!v || !*v || *end || x == 0)
-    die("bad %s '%s'", flag, v ? v : "");
-  return x;
-}
 
 /* Completions: of barriers and flushes. */
 typedef struct done {
@@ -132,16 +116,8 @@ int main(int argc, char **argv) {
     } else
       die("unknown argument '%s' (try --help)", a);
   }
-  if (!ifunc_path) { /* build/bin/tc-mpi-tsi -> build/ifuncs */
-    ssize_t n = readlink("/proc/self/exe", path_buf, sizeof path_buf - 16);
-    if (n <= 0)
-      die("cannot find this executable");
-    path_buf[n] = '\0';
-    for (int up = 0; up < 2; ++up)
-      *strrchr(path_buf, '/') = '\0';
-    strcat(path_buf, "/ifuncs");
-    ifunc_path = path_buf;
-  }
+  if (!ifunc_path) /* build/bin/tc-mpi-tsi -> build/ifuncs */
+    ifunc_path = job_tool_ifunc_path(path_buf);
 
   /* 1. Wire-up: the worker publishes its address and meets every rank in
    *    a PMIx fence; then one job-wide barrier on its own. */
