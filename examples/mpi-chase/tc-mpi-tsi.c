@@ -5,7 +5,8 @@
  *                          [--no-mailbox]
  *
  * Every rank creates a PMIx-bootstrapped tc worker (publish + fence),
- * connects to every other rank and flushes each endpoint once, then sends
+ * connects to every other rank and flushes each endpoint once (and once
+ * more: every ring offered is then read), then sends
  * M cached TSI messages (examples/tsi: one byte, the target adds one to a
  * counter) to every other rank, round by round (to rank+1, rank+2, ...),
  * flushes every endpoint (each target has run them all) and meets the
@@ -162,6 +163,11 @@ int main(int argc, char **argv) {
       die("cannot connect to rank %u: %s", r, tc_status_string(st));
   flush_all(w, peers, "the first flush of every endpoint");
   me.connect_ms = rank_report_now_ms() - t0;
+  /* Each rank has answered every ring offered to it (the welcome that
+   * carries the offer comes before the flush's answer); a second flush
+   * returns once each peer has taken that answer and reads the ring, so
+   * that the all-to-all goes through the rings from its first round. */
+  flush_all(w, peers, "the second flush of every endpoint");
 
   /* 3. The all-to-all: round by round, one cached TSI message to each
    *    other rank (the first to each carries the code). */
