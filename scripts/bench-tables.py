@@ -612,6 +612,23 @@ def render_slurm_launch(data):
     return block(data, ["slurm-launch"], lines)
 
 
+def render_rank_scaling(data):
+    """scripts/rank-scaling.sh --json: its table as it printed it (cells
+    already rounded there), and its note."""
+    j = data.json("rank-scaling.json")
+    cols = j.get("columns") if isinstance(j, dict) else None
+    rows = j.get("rows") if isinstance(j, dict) else None
+    if not isinstance(cols, list) or not isinstance(rows, list) or not all(
+            isinstance(r, list) and len(r) == len(cols) for r in rows):
+        raise Error("%s: expected columns and rows of as many cells"
+                    % data.path("rank-scaling.json"))
+    lines = table([str(c) for c in cols],
+                  [[str(c) for c in r] for r in rows])
+    if j.get("note"):
+        lines += ["", str(j["note"])]
+    return block(data, ["rank-scaling"], lines)
+
+
 GPU_RUNS = ("gpu-tsi", "gpu-sss")
 GPU_NOT_MEASURED = (
     "Not measured yet: docs/bench/ holds no GPU run (the machine above has "
@@ -677,6 +694,7 @@ TABLES = {
     "sandbox": render_sandbox,
     "launch": render_launch,
     "slurm-launch": render_slurm_launch,
+    "rank-scaling": render_rank_scaling,
     "mpi-rma": render_mpi_rma,
     "gpu": render_gpu,
 }

@@ -23,7 +23,9 @@
 # sandbox-dapc, dapc (TCP between network namespaces: scripts/netns.sh, as
 # root), launch-hosts and launch-mpirun (Open MPI's mpirun with PMIx),
 # slurm-launch (scripts/launch-bench.sh in a one-node Slurm cluster of its
-# own, scripts/slurm-local.sh, as root), and the MPI RMA runs (tc-bench's
+# own, scripts/slurm-local.sh, as root), rank-scaling (scripts/rank-scaling.sh
+# --slurm: 2-32 ranks here, 2-8 network-namespace hosts, srun; as root),
+# and the MPI RMA runs (tc-bench's
 # mode mpi: tc-mpi-rma under mpirun): mpi-tsi, mpi-sss, mpi-iput and
 # mpi-dapc over shared memory, the same with -tcp over loopback TCP (tsi,
 # sss and iput with --quick there: MPI's TCP paths are slow enough to make
@@ -57,7 +59,7 @@ while (($#)); do
   esac
 done
 
-readonly RUNS="tsi tsi-breakdown first-contact sss iput sandbox-tsi sandbox-dapc dapc launch-hosts launch-mpirun slurm-launch mpi-tsi mpi-tsi-tcp mpi-sss mpi-sss-tcp mpi-iput mpi-iput-tcp mpi-dapc mpi-dapc-tcp mpi-dapc-netns"
+readonly RUNS="tsi tsi-breakdown first-contact sss iput sandbox-tsi sandbox-dapc dapc launch-hosts launch-mpirun slurm-launch rank-scaling mpi-tsi mpi-tsi-tcp mpi-sss mpi-sss-tcp mpi-iput mpi-iput-tcp mpi-dapc mpi-dapc-tcp mpi-dapc-netns"
 # The runs scripts/plot.py draws (the others' figures are in these).
 readonly PLOTS="tsi tsi-breakdown first-contact sss iput dapc"
 for r in ${only//,/ }; do
@@ -211,7 +213,7 @@ if ((!render_only)); then
   tc_bench sandbox-tsi tsi --modes cached,sandbox --rounds 5 --no-perftest $quick
   run sandbox-dapc "build/bin/tc-bench dapc $SANDBOX_DAPC --json" -- \
     "$bench" dapc $SANDBOX_DAPC --json --quiet
-  for r in dapc mpi-dapc-netns slurm-launch; do
+  for r in dapc mpi-dapc-netns slurm-launch rank-scaling; do
     if wanted "$r"; then
       [[ $(id -u) == 0 ]] || die "$r: needs root (network namespaces, Slurm's daemons; or leave it out: --only)"
     fi
@@ -224,6 +226,8 @@ if ((!render_only)); then
     launch_mpirun
   run slurm-launch "scripts/slurm-local.sh run --new -- bash scripts/launch-bench.sh --dapc '${LAUNCH_ARGS% --json --quiet}'" -- \
     slurm_launch
+  run rank-scaling "scripts/rank-scaling.sh --slurm --json" -- \
+    bash scripts/rank-scaling.sh --build "$build" --slurm --json
   tc_bench mpi-tsi tsi $MPI_TSI $quick
   tc_bench mpi-tsi-tcp tsi $MPI_TSI_TCP
   tc_bench mpi-sss sss $MPI_SWEEP $quick

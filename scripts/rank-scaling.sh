@@ -4,6 +4,7 @@
 #   scripts/rank-scaling.sh [--build DIR] [--ranks "2 4 8 16 32"]
 #       [--hosts "2 4 8"] [--host-ranks N] [--messages M] [--chases C]
 #       [--depth D] [--host-chases C] [--timeout S] [--no-netns] [--slurm]
+#       [--json]
 #
 # Runs the TSI all-to-all (tc-mpi-tsi: every rank sends M messages to every
 # other rank and checks its count) and the DAPC chase (tc-mpi-chase
@@ -29,6 +30,8 @@
 #   RSS, PSS, Private_Dirty  /proc/PID/smaps_rollup at the end of the work (MiB)
 #   registered  what the worker registered for mailboxes (KiB), areas: how
 #            many large-frame areas (none unless a large frame was sent)
+# --json prints the table as one JSON object instead (columns, rows of
+# cells as shown, the note under it), which scripts/bench-tables.sh saves.
 # A run that fails prints its row as FAILED and the script exits 1 at the
 # end. Every run is bounded by --timeout (default 180 s; mpirun or srun is
 # ended, its ranks with it); namespaces and clusters are removed on exit.
@@ -43,7 +46,7 @@ note() { echo "$prog: $*" >&2; }
 
 build=$here/../build ranks="2 4 8 16 32" hosts="2 4 8" host_ranks=16
 messages=100 chases=3000 depth=256 host_chases=300 timeout=180
-netns=1 slurm=0
+netns=1 slurm=0 json=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build | --ranks | --hosts | --host-ranks | --messages | --chases | \
@@ -64,6 +67,7 @@ while [[ $# -gt 0 ]]; do
       shift 2 ;;
     --no-netns) netns=0; shift ;;
     --slurm) slurm=1; shift ;;
+    --json) json=1; shift ;;
     -h | --help) sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (try --help)" ;;
   esac
@@ -194,9 +198,21 @@ if ((slurm)); then
   done
 fi
 
-echo "| where | program | ranks | hosts | wall s | wireup ms (median / max) | barrier ms | connect ms (median / max) | work ms | RSS MiB | PSS MiB | Private_Dirty MiB (median / max) | registered KiB | areas |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
-echo
-echo "tsi: $messages messages from every rank to each other rank; chase: C chases of depth $depth from rank 0 over 65,536 entries; figures are medians over the ranks (max where shown)."
+header="| where | program | ranks | hosts | wall s | wireup ms (median / max) | barrier ms | connect ms (median / max) | work ms | RSS MiB | PSS MiB | Private_Dirty MiB (median / max) | registered KiB | areas |"
+note_line="tsi: $messages messages from every rank to each other rank; chase: C chases of depth $depth from rank 0 over 65,536 entries; figures are medians over the ranks (max where shown)."
+if ((json)); then
+  # The markdown rows, split into cells (a FAILED row keeps its empty ones).
+  printf '%s\n' "$header" "${rows[@]}" | python3 -c '
+import json, sys
+cells = lambda l: [c.strip() for c in l.strip()[1:-1].split("|")]
+lines = sys.stdin.read().splitlines()
+print(json.dumps({"columns": cells(lines[0]), "rows": [cells(l) for l in lines[1:]],
+                  "note": sys.argv[1]}, indent=1))' "$note_line" || die "cannot write JSON"
+else
+  echo "$header"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${rows[@]}"
+  echo
+  echo "$note_line"
+fi
 exit $failed
