@@ -1,1 +1,1 @@
-build/bin/tc-bench iput --quick --json
+build/bin/tc-bench iput --json

@@ -1,1 +1,1 @@
-build/bin/tc-bench sss --quick --json
+build/bin/tc-bench sss --json

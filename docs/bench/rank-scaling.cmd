@@ -1,0 +1,1 @@
+scripts/rank-scaling.sh --slurm --json
