@@ -4,12 +4,15 @@
 # daemon (orted) on a host, this runs COMMAND in the namespace named HOST.
 #
 #   mpirun --hostfile F --mca plm_rsh_agent scripts/netns-rsh.sh \
-#          --mca oob_tcp_if_include SUBNET.0/24 ...
+#          --mca oob_tcp_if_include SUBNET.0/24 --mca rtc_hwloc_vmhole none ...
 #
 # F names namespaces as hosts (`tcns0 slots=4`, one line each). The daemons
 # reach mpirun over the bridge (oob_tcp_if_include: the netns.sh subnet),
-# and the ranks each daemon starts live in its namespace. Root only, as
-# netns.sh. A host that is not an existing namespace is one line and exit 1.
+# and the ranks each daemon starts live in its namespace. Such a daemon
+# sometimes crashes writing hwloc's topology into a shared segment
+# (hwloc_shmem_topology_write): rtc_hwloc_vmhole none does without it.
+# Root only, as netns.sh. A host that is not an existing namespace is one
+# line and exit 1.
 set -euo pipefail
 [[ $# -ge 2 ]] || { echo "netns-rsh.sh: error: usage: netns-rsh.sh NAMESPACE COMMAND..." >&2; exit 1; }
 ns=$1

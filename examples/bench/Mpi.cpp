@@ -194,9 +194,14 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     std::string Hosts = "localhost:1";
     for (int I = 1; I < Ranks; ++I)
       Hosts += "," + P.Netns[static_cast<size_t>(I - 1)] + ":1";
+    // rtc_hwloc_vmhole none: an orted started in a namespace sometimes
+    // crashes writing hwloc's topology into a shared segment at the address
+    // it picked (hwloc_shmem_topology_write); without that segment the ranks
+    // read the topology themselves.
     A.insert(A.end(), {"--mca", "oob_tcp_if_include", P.Subnet, "--mca",
                        "plm_rsh_agent", Agent, "--mca",
-                       "plm_rsh_no_tree_spawn", "1", "--host", Hosts});
+                       "plm_rsh_no_tree_spawn", "1", "--mca",
+                       "rtc_hwloc_vmhole", "none", "--host", Hosts});
   }
   A.insert(A.end(), O.Mca.begin(), O.Mca.end());
   // Environment the ranks need, also on other nodes.
