@@ -98,6 +98,9 @@ row() {
   tag=tc-mpi-${what%% *}
   if ! grep -q ": ok$" "$out"; then
     rows+=("| $where | $what | $n | $h | FAILED ($(grep -m1 'error' "$out" | cut -c1-60)) |||||||||")
+    # The whole story on stderr: the launcher's and every rank's lines.
+    note "$where, $what, $n ranks failed; its output:"
+    sed 's/^/  | /' "$out" >&2
     failed=1
     return
   fi

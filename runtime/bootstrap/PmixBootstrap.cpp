@@ -4,7 +4,8 @@
 // PMIx server (mpirun or slurmstepd), which told us where it is through
 // PMIX_* environment variables; PMIx_Put with PMIX_GLOBAL scope + Commit +
 // a Fence with PMIX_COLLECT_DATA is the "modex": after it every rank holds
-// every other rank's published values, so get() is a local lookup.
+// every other rank's published values, so get() is a local lookup (or,
+// where that lookup misses, one bounded request to our PMIx server).
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +70,31 @@ public:
     return Error::success();
   }
 
+  /// How long get() waits for a value the local lookup did not have.
+  static constexpr int GetTimeoutSec = 5;
+
+  /// PMIx_Get of \p Key published by \p P: only in this process's store
+  /// (\p Local), or through our PMIx server, at most GetTimeoutSec.
+  static pmix_status_t lookup(const pmix_proc_t &P, StringRef Key,
+                              bool Local, pmix_value_t *&V) {
+    pmix_info_t Info;
+    PMIX_INFO_CONSTRUCT(&Info);
+    bool Optional = true;
+    int Timeout = GetTimeoutSec;
+    if (Local)
+      PMIx_Info_load(&Info, PMIX_OPTIONAL, &Optional, PMIX_BOOL);
+    else
+      PMIx_Info_load(&Info, PMIX_TIMEOUT, &Timeout, PMIX_INT);
+    V = nullptr;
+    pmix_status_t S = PMIx_Get(&P, Key.str().c_str(), &Info, 1, &V);
+    PMIX_INFO_DESTRUCT(&Info);
+    if (S != PMIX_SUCCESS && V) {
+      PMIX_VALUE_RELEASE(V);
+      V = nullptr;
+    }
+    return S;
+  }
+
   Expected<std::string> get(uint32_t Rank, StringRef Key) override {
     if (Rank >= Size)
       return createStringError("rank %u out of range (the job has %u)", Rank,
@@ -77,15 +103,18 @@ public:
     std::memset(&P, 0, sizeof P);
     std::memcpy(P.nspace, Self.nspace, sizeof P.nspace);
     P.rank = Rank;
-    // Optional: the fence collected everything, so look locally only and
-    // never block on a rank that did not publish the key.
-    pmix_info_t Info;
-    PMIX_INFO_CONSTRUCT(&Info);
-    bool Optional = true;
-    PMIx_Info_load(&Info, PMIX_OPTIONAL, &Optional, PMIX_BOOL);
+    // The fence collected everything, so look locally first (optional: it
+    // never waits). A collected value is not always visible to that local
+    // lookup yet when the fence returns across several daemons (one rank's
+    // lookup of another's address failed in about 1 of 10 two-host jobs
+    // between network namespaces): then ask our PMIx server, which has it
+    // or fetches it from the rank's node, bounded by GetTimeoutSec.
     pmix_value_t *V = nullptr;
-    pmix_status_t S = PMIx_Get(&P, Key.str().c_str(), &Info, 1, &V);
-    PMIX_INFO_DESTRUCT(&Info);
+    pmix_status_t S = lookup(P, Key, /*Local=*/true, V);
+    if (S == PMIX_ERR_NOT_FOUND)
+      S = lookup(P, Key, /*Local=*/false, V);
+    if (S == PMIX_ERR_TIMEOUT)
+      S = PMIX_ERR_NOT_FOUND;
     if (S == PMIX_ERR_NOT_FOUND)
       return createStringError("rank %u published no '%s' (is it a tc "
                                "process of this job?)",
