@@ -83,6 +83,21 @@ static void on_barrier(void *arg, tc_status_t s) {
   barrier_done = 1;
 }
 
+/* A job-wide barrier, progressing \p w until it ends; dies naming \p what
+ * if it cannot be entered or fails. */
+static void barrier(tc_worker_h w, const char *what) {
+  barrier_done = 0;
+  tc_status_t st = tc_worker_barrier_nb(w, on_barrier, NULL);
+  if (st != TC_INPROGRESS)
+    die("cannot enter %s: %s", what, tc_status_string(st));
+  while (!barrier_done)
+    if (!tc_worker_progress(w))
+      tc_worker_wait(w, 100);
+  barrier_done = 0;
+  if (barrier_status != TC_OK)
+    die("%s failed: %s", what, tc_status_string(barrier_status));
+}
+
 typedef struct probe {
   int pending;
   tc_status_t status;
@@ -170,21 +185,12 @@ int main(int argc, char **argv) {
   }
   /* How long a job-wide fence takes once every rank is up. */
   double t_barriers = now_ms();
-  for (uint64_t b = 0; b < barriers; ++b) {
-    barrier_done = 0;
-    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
-      die("cannot enter a barrier: %s", tc_status_string(st));
-    while (!barrier_done)
-      if (!tc_worker_progress(w))
-        tc_worker_wait(w, 100);
-    if (barrier_status != TC_OK)
-      die("a barrier failed: %s", tc_status_string(barrier_status));
-  }
+  for (uint64_t b = 0; b < barriers; ++b)
+    barrier(w, "a barrier");
   if (barriers && self_rank == 0)
     fprintf(stderr, "tc-mpi-chase: %u ranks: %llu barriers, %.3f ms each\n",
             job_size, (unsigned long long)barriers,
             (now_ms() - t_barriers) / (double)barriers);
-  barrier_done = 0;
   rank_report_t me;
   memset(&me, 0, sizeof me);
   me.rank = self_rank;
@@ -196,14 +202,7 @@ int main(int argc, char **argv) {
     tc_worker_set_target_args(w, RANK_REPORT_FN, &all);
     tc_worker_register_local(w, RANK_REPORT_FN, rank_report_keep);
     double t = now_ms();
-    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
-      die("cannot enter a barrier: %s", tc_status_string(st));
-    while (!barrier_done)
-      if (!tc_worker_progress(w))
-        tc_worker_wait(w, 100);
-    if (barrier_status != TC_OK)
-      die("a barrier failed: %s", tc_status_string(barrier_status));
-    barrier_done = 0;
+    barrier(w, "a barrier");
     me.barrier_ms = now_ms() - t;
   }
   if (entries < job_size)
@@ -257,12 +256,7 @@ int main(int argc, char **argv) {
   /* Fault injection for the tests: this rank dies once every rank has
    * connected (a barrier, so that no connect races the death). */
   if (kill_rank >= 0) {
-    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
-      die("cannot enter a barrier: %s", tc_status_string(st));
-    while (!barrier_done)
-      if (!tc_worker_progress(w))
-        tc_worker_wait(w, 100);
-    barrier_done = 0;
+    barrier(w, "a barrier");
     if (kill_rank == (long)self_rank)
       raise(SIGKILL);
   }
@@ -365,15 +359,7 @@ int main(int argc, char **argv) {
                                     NULL, NULL)) != TC_INPROGRESS ||
              (st = tc_ep_flush(peers[0], (int)timeout_ms)) != TC_OK)
       die("cannot send the report to rank 0: %s", tc_status_string(st));
-    barrier_done = 0;
-    if ((st = tc_worker_barrier_nb(w, on_barrier, NULL)) != TC_INPROGRESS)
-      die("cannot enter the report's barrier: %s", tc_status_string(st));
-    while (!barrier_done)
-      if (!tc_worker_progress(w))
-        tc_worker_wait(w, 100);
-    if (barrier_status != TC_OK)
-      die("the report's barrier failed: %s",
-          tc_status_string(barrier_status));
+    barrier(w, "the report's barrier");
     if (self_rank == 0) {
       if (all.count != job_size)
         die("%u of %u ranks reported", all.count, job_size);
