@@ -36,6 +36,21 @@ struct Record {
   long Servers = -1, Depth = -1, PayloadBytes = -1; ///< -1: not applicable
 };
 
+/// BENCH's MODE measured METRIC = VALUE UNIT (over TRANSPORT); the callers
+/// set the points (Servers, Depth, PayloadBytes) that apply.
+inline Record record(std::string Bench, std::string Mode, std::string Metric,
+                     double Value, std::string Unit,
+                     std::string Transport = "") {
+  Record R;
+  R.Bench = std::move(Bench);
+  R.Mode = std::move(Mode);
+  R.Metric = std::move(Metric);
+  R.Value = Value;
+  R.Unit = std::move(Unit);
+  R.Transport = std::move(Transport);
+  return R;
+}
+
 enum class Format { Table, Json, Csv };
 
 void printRecords(const std::vector<Record> &Rs, Format F);

@@ -508,13 +508,9 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       if (T.Pid >= 0)
         Spinners.push_back(T.Pid);
     if (!Blocking && !P.Pmix && Spinners.size() == S) {
-      Record R;
-      R.Bench = "dapc";
-      R.Mode = "placement";
-      R.Metric = "shared_cpus";
-      R.Value = static_cast<double>(sharedCpus(Spinners));
-      R.Unit = "cpus";
-      R.Transport = O.Transport;
+      Record R = record("dapc", "placement", "shared_cpus",
+                        static_cast<double>(sharedCpus(Spinners)), "cpus",
+                        O.Transport);
       R.Servers = S;
       Out.push_back(R);
       std::string Where;
@@ -542,13 +538,8 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
 
     for (uint64_t Depth : P.Depths) {
       auto Add = [&](const std::string &Mode, double Rate) {
-        Record R;
-        R.Bench = "dapc";
-        R.Mode = Mode;
-        R.Metric = "rate_chases";
-        R.Value = Rate;
-        R.Unit = "chases/s";
-        R.Transport = O.Transport;
+        Record R =
+            record("dapc", Mode, "rate_chases", Rate, "chases/s", O.Transport);
         R.Servers = S;
         R.Depth = static_cast<long>(Depth);
         Out.push_back(R);

@@ -57,13 +57,7 @@ std::vector<Record> Out;
 
 void add(const std::string &Bench, const std::string &Mode,
          const std::string &Metric, double V, const std::string &Unit) {
-  Record R;
-  R.Bench = Bench;
-  R.Mode = Mode;
-  R.Metric = Metric;
-  R.Value = V;
-  R.Unit = Unit;
-  Out.push_back(R);
+  Out.push_back(record(Bench, Mode, Metric, V, Unit));
 }
 
 std::string binDir() {

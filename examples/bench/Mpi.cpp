@@ -325,13 +325,7 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
       continue;
     if (!(W >> Op >> Metric >> V >> Unit))
       die(What + ": cannot read tc-mpi-rma's line '" + L + "'");
-    Record R;
-    R.Bench = Bench;
-    R.Mode = Op;
-    R.Metric = Metric;
-    R.Value = V;
-    R.Unit = Unit;
-    R.Transport = P.Transport;
+    Record R = record(Bench, Op, Metric, V, Unit, P.Transport);
     while (W >> Param) {
       size_t Eq = Param.find('=');
       long X = Eq == std::string::npos ? -1 : std::atol(Param.c_str() + Eq + 1);

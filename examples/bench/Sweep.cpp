@@ -203,6 +203,22 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     };
     if (Tc)
       MakeMessage();
+    // Around a reference (ucx_am, mpi): the tc server sleeps until the next
+    // bench.reset and its client is gone; then both come back.
+    auto Park = [&] {
+      if (!Tc)
+        return;
+      control(*C, Ep, "bench.idle", nullptr, 0);
+      tc_msg_free(M);
+      M = nullptr;
+      Disconnect();
+    };
+    auto Resume = [&] {
+      if (!Tc)
+        return;
+      Connect();
+      MakeMessage();
+    };
     uint64_t Warm = Iters / 10 + 1;
     for (uint64_t Round = 0; Round < Rounds; ++Round) {
       for (size_t Mode = 0; Mode < NumModes; ++Mode) {
@@ -214,13 +230,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
         Figures &Fig = All[SI][Mode];
         ServerStats St;
         if (Name == "mpi") {
-          // As for ucx_am: the tc server sleeps, its client is gone.
-          if (Tc) {
-            control(*C, Ep, "bench.idle", nullptr, 0);
-            tc_msg_free(M);
-            M = nullptr;
-            Disconnect();
-          }
+          Park();
           auto Arg = [&](uint64_t W, uint64_t I, uint64_t N) {
             return std::vector<std::string>{
                 "--sizes", std::to_string(Size), "--warmup",
@@ -242,27 +252,16 @@ int runSweep(const std::string &Which, const CommonOptions &O,
               MpiRateMode[SI] = X.Mode;
             }
           }
-          if (Tc) {
-            Connect();
-            MakeMessage();
-          }
+          Resume();
           continue; // tc-mpi-rma checked every sum or its target's buffer.
         }
         if (Name == "ucx_am") {
-          // The tc server polls on the CPU the reference's server is pinned
-          // to: it sleeps until the next bench.reset.
-          if (Tc) {
-            control(*C, Ep, "bench.idle", nullptr, 0);
-            tc_msg_free(M);
-            M = nullptr;
-            Disconnect();
-          }
+          // The tc server would poll on the CPU the reference's server is
+          // pinned to.
+          Park();
           UcxAmFigures U =
               ucxAmSweep(Sum, Words.data(), Size, Warm, Iters, Msgs, St);
-          if (Tc) {
-            Connect();
-            MakeMessage();
-          }
+          Resume();
           Fig.Latency.push_back(U.LatencyUs);
           Fig.Rate.push_back(U.Rate);
         } else {
@@ -295,15 +294,11 @@ int runSweep(const std::string &Which, const CommonOptions &O,
            {std::tuple<const char *, double, const char *>{
                 "latency_us", median(Fig.Latency), "us"},
             {"rate_msgs", median(Fig.Rate), "msgs/s"}}) {
-        Record R;
-        R.Bench = Which;
-        R.Mode = SweepModes[Mode];
-        if (Mode == 3)
-          R.Mode = Metric[0] == 'l' ? MpiLatMode[SI] : MpiRateMode[SI];
-        R.Metric = Metric;
-        R.Value = V;
-        R.Unit = Unit;
-        R.Transport = O.Transport;
+        Record R = record(Which,
+                          Mode != 3          ? SweepModes[Mode]
+                          : Metric[0] == 'l' ? MpiLatMode[SI]
+                                             : MpiRateMode[SI],
+                          Metric, V, Unit, O.Transport);
         R.PayloadBytes = static_cast<long>(Size);
         Out.push_back(R);
       }
@@ -320,13 +315,7 @@ int runSweep(const std::string &Which, const CommonOptions &O,
   if (O.Fmt != Format::Table) {
     auto Add = [&](uint64_t Size, const std::string &Mode, const char *Metric,
                    double V, const char *Unit) {
-      Record R;
-      R.Bench = Which;
-      R.Mode = Mode;
-      R.Metric = Metric;
-      R.Value = V;
-      R.Unit = Unit;
-      R.Transport = O.Transport;
+      Record R = record(Which, Mode, Metric, V, Unit, O.Transport);
       R.PayloadBytes = static_cast<long>(Size);
       Out.push_back(R);
     };

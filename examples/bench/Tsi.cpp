@@ -51,14 +51,7 @@ struct TsiRun {
 
   void add(const std::string &Mode, const std::string &Metric, double V,
            const std::string &Unit) {
-    Record R;
-    R.Bench = "tsi";
-    R.Mode = Mode;
-    R.Metric = Metric;
-    R.Value = V;
-    R.Unit = Unit;
-    R.Transport = O.Transport;
-    Out.push_back(R);
+    Out.push_back(record("tsi", Mode, Metric, V, Unit, O.Transport));
   }
 };
 

@@ -274,26 +274,19 @@ const LoadedIfunc *GpuTarget::find(const ArchiveHash &H) const {
 
 std::string GpuTarget::cacheKey(const Archive &A, const Member &M,
                                 StringRef CodeArch) const {
-  BLAKE3 H;
-  auto Field = [&](StringRef S) {
-    uint8_t Len[8];
-    support::endian::write64le(Len, S.size());
-    H.update(ArrayRef<uint8_t>(Len, 8));
-    H.update(S);
-  };
-  Field("tc-cubin-cache-v1");
-  Field(
-      StringRef(reinterpret_cast<const char *>(A.Hash.data()), A.Hash.size()));
-  Field(M.Triple);
-  Field(M.CPU);
-  Field(M.Features);
-  Field(CodeArch);
-  Field(std::to_string(Info.PtxVersion));
-  Field(Info.Arch);
-  Field(std::to_string(Info.DriverVersion));
-  Field(LLVM_VERSION_STRING);
-  BLAKE3Result<32> R = H.final();
-  return toHex(ArrayRef<uint8_t>(R.data(), R.size()), /*LowerCase=*/true);
+  return CacheKey()
+      .field("tc-cubin-cache-v1")
+      .field(StringRef(reinterpret_cast<const char *>(A.Hash.data()),
+                       A.Hash.size()))
+      .field(M.Triple)
+      .field(M.CPU)
+      .field(M.Features)
+      .field(CodeArch)
+      .field(std::to_string(Info.PtxVersion))
+      .field(Info.Arch)
+      .field(std::to_string(Info.DriverVersion))
+      .field(LLVM_VERSION_STRING)
+      .hex();
 }
 
 /// A cache file: BLAKE3 of the rest (32 bytes), NAME_threads (u32, 0:

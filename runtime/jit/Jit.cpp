@@ -476,40 +476,46 @@ Error checkSymbolsResolve(ArrayRef<std::string> Symbols,
   return Error::success();
 }
 
+CacheKey &CacheKey::field(StringRef S) {
+  uint8_t Len[8];
+  support::endian::write64le(Len, S.size());
+  H.update(ArrayRef<uint8_t>(Len, 8));
+  H.update(S);
+  return *this;
+}
+
+std::string CacheKey::hex() {
+  BLAKE3Result<32> R = H.final();
+  return toHex(ArrayRef<uint8_t>(R.data(), R.size()), /*LowerCase=*/true);
+}
+
 /// Everything that decides what machine code a member compiles to.
 std::string JitEngine::cacheKey(const Archive &A, const Member &M,
                                 bool Sandbox) const {
-  BLAKE3 H;
-  auto Field = [&](StringRef S) {
-    uint8_t Len[8];
-    support::endian::write64le(Len, S.size());
-    H.update(ArrayRef<uint8_t>(Len, 8));
-    H.update(S);
-  };
+  CacheKey K;
   // v2: small straight-line code is compiled at -O0 (ReusedPipelineCompiler).
-  Field("tc-object-cache-v2");
-  Field(StringRef(reinterpret_cast<const char *>(A.Hash.data()),
-                  A.Hash.size()));
-  Field(roleName(M.TheRole));
-  Field(M.Triple);
-  Field(M.CPU);
-  Field(M.Features);
-  Field(Triple);
-  Field(CPU);
-  Field(J->getTargetTriple().str());
-  Field(HostFeatures);
-  Field(LLVM_VERSION_STRING);
+  K.field("tc-object-cache-v2")
+      .field(StringRef(reinterpret_cast<const char *>(A.Hash.data()),
+                       A.Hash.size()))
+      .field(roleName(M.TheRole))
+      .field(M.Triple)
+      .field(M.CPU)
+      .field(M.Features)
+      .field(Triple)
+      .field(CPU)
+      .field(J->getTargetTriple().str())
+      .field(HostFeatures)
+      .field(LLVM_VERSION_STRING);
   // Sandboxed and plain objects of one member never share an entry; nor do
   // objects sandboxed under different call policies.
-  Field(Sandbox ? "sandbox-v1" : "plain");
+  K.field(Sandbox ? "sandbox-v1" : "plain");
   if (Sandbox) {
     std::vector<std::string> Allow = Opts.Sandbox.AllowCalls;
     llvm::sort(Allow);
     for (const std::string &S : Allow)
-      Field(S);
+      K.field(S);
   }
-  BLAKE3Result<32> R = H.final();
-  return toHex(ArrayRef<uint8_t>(R.data(), R.size()), /*LowerCase=*/true);
+  return K.hex();
 }
 
 std::string DiskObjectCache::pathFor(StringRef Key) const {

@@ -20,6 +20,7 @@
 
 #include "llvm/ExecutionEngine/ObjectCache.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/Support/BLAKE3.h"
 #include "llvm/Support/Error.h"
 
 #include <map>
@@ -95,6 +96,18 @@ inline Ret
 callJitted(Ret (*Fn)(Params...), Args &&...A) {
   return Fn(std::forward<Args>(A)...);
 }
+
+/// The key of a disk-cache entry (JIT objects, GPU cubins): BLAKE3 over
+/// fields, each behind its length, so that no two lists of fields hash
+/// alike; hex() gives the key as lower-case hex.
+class CacheKey {
+public:
+  CacheKey &field(llvm::StringRef S);
+  std::string hex();
+
+private:
+  llvm::BLAKE3 H;
+};
 
 /// One loaded code identity.
 struct LoadedIfunc {
