@@ -267,6 +267,19 @@ void execArgv(const std::vector<std::string> &Argv) {
   _exit(127);
 }
 
+pid_t forkTied() {
+  pid_t Parent = getpid();
+  pid_t Pid = fork();
+  if (Pid < 0)
+    die(std::string("fork: ") + std::strerror(errno));
+  if (Pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != Parent)
+      _exit(1);
+  }
+  return Pid;
+}
+
 Child startServer(const std::vector<std::string> &Argv,
                   const std::string &Netns, const std::string &Name) {
   std::vector<std::string> Full;
@@ -285,16 +298,8 @@ Child startServer(const std::vector<std::string> &Argv,
   int Pipe[2];
   if (pipe2(Pipe, O_CLOEXEC) != 0)
     die(std::string("pipe: ") + std::strerror(errno));
-  pid_t Parent = getpid();
-  pid_t Pid = fork();
-  if (Pid < 0)
-    die(std::string("fork: ") + std::strerror(errno));
+  pid_t Pid = forkTied();
   if (Pid == 0) {
-    // The server ends with us even if we are killed without a chance to
-    // clean up.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != Parent)
-      _exit(1);
     if (ServerCpu >= 0) {
       cpu_set_t Set;
       CPU_ZERO(&Set);

@@ -130,6 +130,10 @@ Child startServer(const std::vector<std::string> &Argv,
 /// In a forked child: runs \p Argv (PATH searched); if that fails, says so
 /// on stderr and exits 127.
 [[noreturn]] void execArgv(const std::vector<std::string> &Argv);
+/// fork(), dying on failure; the child gets SIGTERM when this process ends
+/// (even if it is killed without a chance to clean up), and exits at once
+/// if this process has ended already.
+pid_t forkTied();
 /// SIGTERM, wait (SIGKILL after 5 s), forget.
 void stopServer(Child &C);
 void stopAllServers();

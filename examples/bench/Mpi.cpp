@@ -25,7 +25,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <sstream>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -228,14 +227,8 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
   int Out[2], Err[2];
   if (pipe2(Out, O_CLOEXEC) != 0 || pipe2(Err, O_CLOEXEC) != 0)
     die(std::string("pipe: ") + std::strerror(errno));
-  pid_t Parent = getpid();
-  pid_t Pid = fork();
-  if (Pid < 0)
-    die(std::string("fork: ") + std::strerror(errno));
+  pid_t Pid = forkTied();
   if (Pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != Parent)
-      _exit(1);
     setpgid(0, 0); // mpirun and what it starts: one group to end.
     // tc-bench may be pinned to one CPU: mpirun places its ranks itself.
     cpu_set_t All;
@@ -243,7 +236,7 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     for (int C = 0; C < CPU_SETSIZE; ++C)
       CPU_SET(C, &All);
     sched_setaffinity(0, sizeof All, &All);
-    // A session directory of its own (two mpiruns sharing one race).
+    // A job directory of its own (two mpiruns sharing one race).
     setenv("TMPDIR", Dir.c_str(), 1);
     dup2(Out[1], STDOUT_FILENO);
     dup2(Err[1], STDERR_FILENO);
