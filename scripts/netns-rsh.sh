@@ -4,13 +4,14 @@
 # daemon (orted) on a host, this runs COMMAND in the namespace named HOST.
 #
 #   mpirun --hostfile F --mca plm_rsh_agent scripts/netns-rsh.sh \
-#          --mca oob_tcp_if_include SUBNET.0/24 --mca rtc_hwloc_vmhole none ...
+#          --mca oob_tcp_if_include SUBNET.0/24 ...
 #
 # F names namespaces as hosts (`tcns0 slots=4`, one line each). The daemons
 # reach mpirun over the bridge (oob_tcp_if_include: the netns.sh subnet),
 # and the ranks each daemon starts live in its namespace. Such a daemon
 # sometimes crashes writing hwloc's topology into a shared segment
-# (hwloc_shmem_topology_write): rtc_hwloc_vmhole none does without it.
+# (hwloc_shmem_topology_write): the daemon runs with rtc_hwloc_vmhole none,
+# which does without it.
 # Root only, as netns.sh. A host that is not an existing namespace is one
 # line and exit 1.
 set -euo pipefail
@@ -22,4 +23,4 @@ shift
   exit 1
 }
 # As ssh does: the command line is a string for a shell on the "host".
-exec ip netns exec "$ns" /bin/sh -c "$*"
+exec ip netns exec "$ns" env OMPI_MCA_rtc_hwloc_vmhole=none /bin/sh -c "$*"

@@ -160,13 +160,7 @@ if ((netns)); then
     for what in "tsi" "chase"; do
       out=$work/netns.$what.$h
       t0=$(now)
-      # rtc_hwloc_vmhole none: an orted started this way (a namespace on
-      # this host) sometimes crashes writing hwloc's topology into a shared
-      # segment at the address it picked (hwloc_shmem_topology_write; 3 of
-      # 12 jobs here); without that segment the ranks read the topology
-      # themselves.
       args=(--hostfile "$work/hostfile" --mca plm_rsh_agent "$here/netns-rsh.sh"
-            --mca rtc_hwloc_vmhole none
             --mca oob_tcp_if_include 10.198.9.0/24 -x UCX_TLS=tcp
             -x UCX_NET_DEVICES=eth0 -n "$host_ranks")
       if [[ $what == tsi ]]; then
