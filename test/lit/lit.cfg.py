@@ -160,13 +160,16 @@ if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
     config.available_features.add("ci")
 
 # --- GPU targets (issue #35) ---
-# %fake_cuda: a stand-in libcuda.so.1 that answers device discovery as
-# TC_FAKE_CUDA says (test/unit/FakeCuda.c), for error paths without a GPU.
+# %cuda_model: the model of the CUDA driver (test/unit/CudaModel.cpp) that
+# stands in for libcuda.so.1 without a GPU (tests in gpu-model/ run GPU
+# targets on it); TC_FAKE_CUDA makes it a device that cannot serve, for
+# the error paths (%fake_cuda names the same library).
 # Feature "cuda": this machine has an NVIDIA driver and a device a GPU
 # target can use (tc-serve --gpu-info succeeds); tests that run ifuncs on
 # a GPU say REQUIRES: cuda.
-config.substitutions.append(("%fake_cuda", os.path.join(
-    config.tc_obj_root, "lib", "libtc-fake-cuda.so")))
+for _name in ("%cuda_model", "%fake_cuda"):
+    config.substitutions.append((_name, os.path.join(
+        config.tc_obj_root, "lib", "libtc-cuda-model.so")))
 def _cuda_usable():
     serve = os.path.join(config.tc_tools_dir, "tc-serve")
     if not os.access(serve, os.X_OK):

@@ -3,7 +3,7 @@
 //
 // What of runtime/gpu runs on a machine without a GPU: loading the driver
 // (a missing library, one without the entry points, a stand-in that
-// answers device discovery: FakeCuda.c) and lowering nvptx64 members to
+// answers device discovery: CudaModel.c) and lowering nvptx64 members to
 // PTX. What needs a device is tested by test/lit/gpu (REQUIRES: cuda).
 //
 //===----------------------------------------------------------------------===//
@@ -339,22 +339,22 @@ TEST(CudaDriver, ALibraryWithoutTheEntryPointsIsRefused) {
   ASSERT_FALSE(!!D);
   EXPECT_EQ(err(D.takeError()),
             "the CUDA driver libm.so.6 lacks cuGetErrorName: tc needs a "
-            "driver of CUDA 11.0 or later");
+            "driver of CUDA 11.2 or later");
 }
 
 TEST(CudaDriver, CallsFailWithTheCallAndTheDriversNameForTheError) {
   llvm::Expected<std::unique_ptr<cuda::Driver>> D =
-      cuda::Driver::load(TC_FAKE_CUDA_PATH);
+      cuda::Driver::load(TC_CUDA_MODEL_PATH);
   ASSERT_TRUE(!!D) << err(D.takeError());
   cuda::Driver &Cu = **D;
-  EXPECT_EQ(Cu.library(), TC_FAKE_CUDA_PATH);
+  EXPECT_EQ(Cu.library(), TC_CUDA_MODEL_PATH);
+  // Before cuInit, as the real driver: not initialised.
   cuda::CUcontext Ctx = nullptr;
   llvm::Error E = TC_CU(Cu, cuDevicePrimaryCtxRetain, &Ctx, 0);
-  EXPECT_EQ(cuda::errorCode(E), 801);
+  EXPECT_EQ(cuda::errorCode(E), cuda::CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(err(std::move(E)), "cuDevicePrimaryCtxRetain: "
-                               "CUDA_ERROR_NOT_SUPPORTED (operation not "
-                               "supported)");
-  EXPECT_FALSE(!!TC_CU(Cu, cuInit, 0));
+                               "CUDA_ERROR_NOT_INITIALIZED (initialization "
+                               "error)");
   EXPECT_TRUE(cuda::isContextLost(cuda::CUDA_ERROR_ILLEGAL_ADDRESS));
   EXPECT_TRUE(cuda::isContextLost(cuda::CUDA_ERROR_LAUNCH_FAILED));
   EXPECT_FALSE(cuda::isContextLost(cuda::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES));
@@ -365,7 +365,8 @@ TEST(CudaDriver, CallsFailWithTheCallAndTheDriversNameForTheError) {
 std::string createError(const char *Mode, int Device = 0) {
   ScopedEnv E("TC_FAKE_CUDA", Mode);
   GpuOptions O;
-  O.Library = TC_FAKE_CUDA_PATH;
+  O.Library = TC_CUDA_MODEL_PATH;
+  O.WorkerPath = TC_SERVE_PATH;
   O.Device = Device;
   llvm::Expected<std::unique_ptr<GpuTarget>> G = GpuTarget::create(O);
   if (G)
@@ -375,18 +376,18 @@ std::string createError(const char *Mode, int Device = 0) {
 
 TEST(GpuTarget, WhatTheDriverFindsIsReportedInOneLine) {
   EXPECT_EQ(createError("nodevice"),
-            std::string("no CUDA device: the driver (") + TC_FAKE_CUDA_PATH +
+            std::string("no CUDA device: the driver (") + TC_CUDA_MODEL_PATH +
                 ") found none (cuInit: CUDA_ERROR_NO_DEVICE (no CUDA-capable "
                 "device is detected))");
   EXPECT_EQ(createError("zero"), std::string("no CUDA device: the driver (") +
-                                     TC_FAKE_CUDA_PATH + ") found none");
+                                     TC_CUDA_MODEL_PATH + ") found none");
   EXPECT_EQ(createError("nomap", 3),
             "no CUDA device 3: this machine has 1 (0 to 0)");
   EXPECT_EQ(createError("old"), "the CUDA driver is version 10.2; a GPU "
-                                "target needs 11.0 or later");
-  EXPECT_EQ(createError("nomap"), "CUDA device 0 (Fake Device) cannot map "
-                                  "host memory, which a GPU target hands "
-                                  "payloads to kernels in");
+                                "target needs 11.2 or later");
+  EXPECT_EQ(createError("nomap"), "CUDA device 0 (tc CUDA driver model) "
+                                  "cannot map host memory, which a GPU "
+                                  "target hands payloads to kernels in");
 }
 
 } // namespace
