@@ -146,11 +146,13 @@ struct TraceSlot {
   std::atomic<uint64_t> Calls{0}, Nanos{0};
 };
 
-/// Where the time of the worker's pipeline goes (--gpu-trace).
+/// Where the time of the worker's pipeline goes (--gpu-trace): the hops of
+/// commands and completions that found their ring empty (no queue behind
+/// them), and launches on an idle stream from submission to the worker's
+/// seeing them done.
 struct PipeStats {
   std::atomic<uint64_t> CmdHops{0}, CmdHopNs{0};   ///< Push to the worker.
   std::atomic<uint64_t> DoneHops{0}, DoneHopNs{0}; ///< Push to the target.
-  /// Launch submitted to its completion seen by the worker.
   std::atomic<uint64_t> Completions{0}, DeviceNs{0};
   std::atomic<uint64_t> Sleeps{0}; ///< Times the worker slept on Wake.
 };

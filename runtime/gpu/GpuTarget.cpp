@@ -83,6 +83,7 @@ struct GpuTarget::Request {
   uint64_t A = 0, B = 0, C = 0;
   Alloc *Mem = nullptr;
   uint32_t Kernel = 0;
+  std::string About; ///< A reload: "ifunc 'NAME' (HASH) from ...".
 };
 
 void GpuTarget::event(const Twine &Msg) {
@@ -325,6 +326,22 @@ Error GpuTarget::readHello(bool Block) {
 }
 
 GpuTarget::~GpuTarget() {
+  // Cubins the worker is still linking for the disk cache are worth a
+  // moment (a link takes milliseconds): at most a quarter of a second.
+  {
+    std::unique_lock<std::mutex> L(Mu);
+    uint64_t Until = monoNanos() + 250000000u;
+    auto Linking = [&] {
+      for (auto &KV : Requests)
+        if (KV.second->Kind == CmdKind::CacheLink)
+          return true;
+      return false;
+    };
+    while (State == WorkerState::Ready && Linking() && monoNanos() < Until) {
+      consume();
+      Answered.wait_for(L, std::chrono::milliseconds(1));
+    }
+  }
   // The worker is ended, not asked: a kernel that never ends ends with it,
   // and nothing here waits on the device.
   if (Pid > 0) {
@@ -369,7 +386,11 @@ bool GpuTarget::push(Cmd &C) {
   if (CmdHead - H.CmdTail.load(std::memory_order_acquire) >= CmdSlots)
     return false;
   C.Tag = NextSeq++;
-  C.SentNs = Opts.Trace ? monoNanos() : 0;
+  // The trace times the hop of a command that finds the ring empty: the
+  // worker's reaction, not the queue behind it.
+  C.SentNs = Opts.Trace && CmdHead == H.CmdTail.load(std::memory_order_relaxed)
+                 ? monoNanos()
+                 : 0;
   Ch.Cmds[CmdHead % CmdSlots] = C;
   H.CmdHead.store(++CmdHead, std::memory_order_seq_cst);
   if (H.Sleeping.load(std::memory_order_seq_cst)) {
@@ -474,9 +495,11 @@ void GpuTarget::consume() {
       release(Q.Mem);
       Q.Mem = nullptr;
       if (!Q.Waited) {
-        if (!Q.Ok && Q.Kind == CmdKind::Load)
-          event("gpu: a kernel could not be loaded into the new worker: " +
-                Q.Error);
+        if (!Q.About.empty())
+          event(Q.Ok ? formatv("gpu: {0} in {1:f2} ms", Q.About,
+                               double(Q.C) / 1e6)
+                           .str()
+                     : "gpu: " + Q.About + " failed: " + Q.Error);
         Requests.erase(It);
       }
       break;
@@ -991,6 +1014,12 @@ bool GpuTarget::reload(GpuKernel &K) {
   }
   Expected<uint64_t> S = request(CmdKind::Load, K.Id, IsPtx ? FlagPtx : 0,
                                  K.Threads, Image, K.Kernel, /*Wait=*/false);
+  if (S)
+    Requests[*S]->About =
+        formatv("ifunc '{0}' ({1}) loaded into worker {2} from {3}",
+                K.Info.Name, toHex(K.Info.Hash).substr(0, 16), Generation,
+                IsPtx ? "its PTX" : "the disk cache's cubin")
+            .str();
   if (!S) {
     std::string Why = toString(S.takeError());
     if (Why == "the GPU staging area is full")
@@ -1004,8 +1033,15 @@ bool GpuTarget::reload(GpuKernel &K) {
 
 std::string GpuTarget::describe(const LoadedIfunc &L) const {
   const auto &K = *static_cast<const GpuKernel *>(L.Device);
-  return formatv("on gpu {0} as {1}, {2} x {3} threads", Info.Device,
-                 K.CodeArch, K.Grid, K.Block)
+  // Where a first contact's time went: LLVM's lowering here, the driver's
+  // JIT (or cubin load) in the worker.
+  return formatv("on gpu {0} as {1}, {2} x {3} threads; {4}, loaded by the "
+                 "driver in {5:f2} ms",
+                 Info.Device, K.CodeArch, K.Grid, K.Block,
+                 L.FromDiskCache
+                     ? std::string("a cubin from the disk cache")
+                     : formatv("lowered in {0:f2} ms", K.PtxMillis).str(),
+                 K.JitMillis)
       .str();
 }
 

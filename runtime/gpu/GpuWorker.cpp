@@ -557,7 +557,8 @@ void Worker::submit(WStream &S, const Cmd &C) {
   WOp Op;
   Op.Kind = C.Kind;
   Op.Tag = C.Tag;
-  if (Tracing)
+  // Traced: how long the device takes with a launch on an idle stream.
+  if (Tracing && S.Ops.empty())
     Op.SubmitNs = monoNanos();
   switch (C.Kind) {
   case CmdKind::Launch: {
@@ -746,7 +747,7 @@ void Worker::complete(WStream &S, size_t Through) {
       FreeEvents.push_back(Op.Ev);
     if (Op.Launch) {
       --S.Launches;
-      if (Tracing) {
+      if (Op.SubmitNs) {
         Ch.H->Pipe.Completions.fetch_add(1, std::memory_order_relaxed);
         Ch.H->Pipe.DeviceNs.fetch_add(Now - Op.SubmitNs,
                                       std::memory_order_relaxed);
@@ -792,8 +793,10 @@ void Worker::pushDone(Done &D) {
     timespec T{0, 10000};
     nanosleep(&T, nullptr);
   }
-  if (Tracing)
-    D.SentNs = monoNanos();
+  // Traced: the hop of a completion that finds the ring empty.
+  D.SentNs = Tracing && DoneHead == H.DoneTail.load(std::memory_order_relaxed)
+                 ? monoNanos()
+                 : 0;
   Ch.Dones[DoneHead % DoneSlots] = D;
   H.DoneHead.store(++DoneHead, std::memory_order_release);
 }

@@ -28,7 +28,10 @@
 // TC_FAKE_CUDA selects a device that cannot serve: nodevice (cuInit fails
 // with CUDA_ERROR_NO_DEVICE), zero (no device), old (driver 10.2), nomap
 // (cannot map host memory); noregister makes cuMemHostRegister fail (the
-// GPU target then copies payloads through pinned memory of its own).
+// GPU target then copies payloads through pinned memory of its own);
+// hanglaunch makes a launch of gspin never return (a driver call that
+// blocks). With TC_CUDA_MODEL_NOTE naming a file, gspin appends a line to
+// it when it starts running, for tests to wait on.
 //
 //===----------------------------------------------------------------------===//
 
@@ -36,6 +39,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -212,6 +216,12 @@ CUresult kGfault(const unsigned char *P, uint64_t N, uint64_t *) {
   return Success;
 }
 CUresult kGspin(const unsigned char *, uint64_t, uint64_t *R) {
+  // A test waits for this line before it acts on a kernel that runs.
+  if (const char *Note = std::getenv("TC_CUDA_MODEL_NOTE"))
+    if (FILE *F = std::fopen(Note, "a")) {
+      std::fputs("gspin running\n", F);
+      std::fclose(F);
+    }
   // Waits for a word nothing writes; polls gently (a model, not a load).
   while (__atomic_load_n(&R[2], __ATOMIC_RELAXED) == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -697,6 +707,11 @@ CUresult cuLaunchKernel(void *F, unsigned GX, unsigned GY, unsigned GZ,
   if (!F || !Params || Extra || !GX || !GY || !GZ || !BX || !BY || !BZ ||
       BX * BY * BZ > 1024)
     return InvalidValue;
+  // hanglaunch: a launch of gspin never returns, as cuLaunchKernel blocks
+  // on a stream whose launch queue is full behind a kernel that never ends.
+  if (isMode("hanglaunch") && static_cast<Function *>(F)->Fn == kGspin)
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
   Item It;
   It.What = Item::Launch;
   It.Fn = static_cast<Function *>(F)->Fn;
