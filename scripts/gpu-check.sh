@@ -111,7 +111,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join("$work", "out")
 config.environment["PATH"] = os.pathsep.join(
     ["$top/bin", "$top/libexec/tc", os.environ.get("PATH", "/usr/bin:/bin")])
-for var in ("HOME", "TMPDIR"):
+for var in ("HOME", "TMPDIR", "TC_CUDA_LIBRARY"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 config.environment["UCX_NET_DEVICES"] = "lo"
@@ -125,7 +125,7 @@ config.available_features.add("cuda")
 EOF
 echo "gpu-check: lit tests (test/lit/gpu, REQUIRES: cuda)"
 lit_out=$logs/lit.log
-timeout 180 "$top/libexec/tc/lit" -v "$suite" >"$lit_out" 2>&1
+timeout 180 "$top/libexec/tc/lit" -v -a "$suite" >"$lit_out" 2>&1
 lit_rc=$?
 # Each test's verdict counts: "PASS: tc-gpu :: gpu/serve.test (1 of 5)".
 while read -r verdict name; do

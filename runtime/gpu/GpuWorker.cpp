@@ -107,7 +107,8 @@ struct WOp {
   CUevent Ev = nullptr;
   uint64_t Off = 0, Len = 0; ///< Read: where the bytes go in staging.
   uint64_t SubmitNs = 0;
-  std::string Fail; ///< Set: reported as Failed, in order.
+  CUdeviceptr Free = 0; ///< Freed when done (a big payload, no pools).
+  std::string Fail;     ///< Set: reported as Failed, in order.
 };
 
 struct WStream {
@@ -201,6 +202,7 @@ private:
   std::vector<CUevent> FreeEvents;
   uint64_t InFlight = 0, Waiting = 0;
   bool Tracing = false;
+  bool NoPools = false; ///< cuMemAllocAsync is not supported here.
   // The link thread (CacheLink), whose results the loop reports.
   std::thread Linker;
   std::mutex LinkMu;
@@ -551,9 +553,15 @@ void Worker::closeGroup(WStream &S) {
 }
 
 void Worker::submit(WStream &S, const Cmd &C) {
-  // Work queued behind a group that ended: mark where it ends.
-  if (!S.Ops.empty() && S.Ops.back().End && !S.Ops.back().Ev)
-    closeGroup(S);
+  // Work queued behind a group that ended: mark where it ends with an
+  // event. A fence does no work on the device: it joins that group instead
+  // (done when the group is), which saves a driver call per round trip.
+  if (!S.Ops.empty() && S.Ops.back().End && !S.Ops.back().Ev) {
+    if (C.Kind == CmdKind::Fence)
+      S.Ops.back().End = false;
+    else
+      closeGroup(S);
+  }
   WOp Op;
   Op.Kind = C.Kind;
   Op.Tag = C.Tag;
@@ -595,8 +603,11 @@ void Worker::submit(WStream &S, const Cmd &C) {
     if (Big) {
       auto B = Bigs.find(C.A);
       if (B != Bigs.end()) {
-        // Freed on the stream, after the kernel that reads it.
-        if (CUresult R = D->cuMemFreeAsync(B->second, S.S))
+        // Freed on the stream, after the kernel that reads it; without
+        // pools, when the launch is seen done.
+        if (NoPools)
+          Op.Free = B->second;
+        else if (CUresult R = D->cuMemFreeAsync(B->second, S.S))
           (void)failure(R, "cuMemFreeAsync");
         Bigs.erase(B);
       }
@@ -616,8 +627,17 @@ void Worker::submit(WStream &S, const Cmd &C) {
     break;
   case CmdKind::BigAlloc: {
     CUdeviceptr P = 0;
-    if (CUresult R = D->cuMemAllocAsync(&P, C.Len, S.S))
-      BigErrors[C.A] = failure(R, "cuMemAllocAsync");
+    CUresult R = CUDA_ERROR_NOT_SUPPORTED;
+    if (!NoPools) {
+      R = D->cuMemAllocAsync(&P, C.Len, S.S);
+      // A device or driver without memory pools (some virtualised GPUs):
+      // plain allocations, freed once the launch that uses one is done.
+      NoPools = R == CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (NoPools)
+      R = D->cuMemAlloc(&P, C.Len);
+    if (R)
+      BigErrors[C.A] = failure(R, NoPools ? "cuMemAlloc" : "cuMemAllocAsync");
     else
       Bigs[C.A] = P;
     break;
@@ -755,6 +775,8 @@ void Worker::complete(WStream &S, size_t Through) {
     }
     if (Pinned && Op.Kind == CmdKind::Read && Op.Len)
       std::memcpy(staging(Op.Off), Pinned + Op.Off, Op.Len);
+    if (Op.Free)
+      (void)D->cuMemFree(Op.Free);
     if (!Op.Fail.empty()) {
       if (HaveOk)
         pushThrough(S.Conn, OkThrough);

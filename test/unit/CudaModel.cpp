@@ -27,8 +27,10 @@
 //
 // TC_FAKE_CUDA selects a device that cannot serve: nodevice (cuInit fails
 // with CUDA_ERROR_NO_DEVICE), zero (no device), old (driver 10.2), nomap
-// (cannot map host memory); noregister makes cuMemHostRegister fail (the
-// GPU target then copies payloads through pinned memory of its own);
+// (cannot map host memory); noregister makes cuMemHostRegister and
+// cuMemAllocAsync fail with CUDA_ERROR_NOT_SUPPORTED, as on a virtualised
+// GPU (the target then copies payloads through pinned memory of its own,
+// and allocates large ones with cuMemAlloc);
 // hanglaunch makes a launch of gspin never return (a driver call that
 // blocks). With TC_CUDA_MODEL_NOTE naming a file, gspin appends a line to
 // it when it starts running, for tests to wait on.
@@ -527,6 +529,8 @@ CUresult cuMemAllocAsync(CUdeviceptr *P, size_t N, void *) {
   std::lock_guard<std::mutex> L(Md.M);
   if (CUresult R = gate(Md))
     return R;
+  if (isMode("noregister"))
+    return NotSupported; // A device without memory pools, too.
   void *Mem = std::malloc(N ? N : 1);
   if (!Mem)
     return OutOfMemory;
