@@ -13,4 +13,4 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1 suppressions=$root/scripts/t
 bash scripts/build.sh build-tsan -DTC_SANITIZE=thread -DTC_ENABLE_FUZZERS=OFF "$@"
 UCX_TLS=posix,self,tcp UCX_NET_DEVICES=lo build-tsan/bin/tc-unittests
 UCX_TLS=posix,self,tcp UCX_NET_DEVICES=lo build-tsan/bin/tc-capi-tests
-/usr/lib/llvm-22/bin/lit -sv build-tsan/test/lit/runtime
+/usr/lib/llvm-22/bin/lit -sv build-tsan/test/lit/runtime build-tsan/test/lit/gpu-model

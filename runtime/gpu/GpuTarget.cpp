@@ -264,6 +264,10 @@ Error GpuTarget::readHello(bool Block) {
       std::tie(Key, Value) = StringRef(Line).split(' ');
       if (Key == "error")
         return createStringError(Value.str());
+      // The first worker's facts are the device's; later workers find the
+      // same device (and other threads read Info meanwhile).
+      if (Generation > 1 && Key != "ready")
+        continue;
       if (Key == "name")
         Info.Name = Value.str();
       else if (Key == "arch")

@@ -20,7 +20,9 @@
 
 #include "gtest/gtest.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 using namespace tc;
 
@@ -388,6 +390,98 @@ TEST(GpuTarget, WhatTheDriverFindsIsReportedInOneLine) {
   EXPECT_EQ(createError("nomap"), "CUDA device 0 (tc CUDA driver model) "
                                   "cannot map host memory, which a GPU "
                                   "target hands payloads to kernels in");
+}
+
+/// The driver model (CudaModel.cpp) in this process, initialised, with its
+/// context current and one stream; PTX that declares \p Entry loaded.
+struct ModelDevice {
+  std::unique_ptr<cuda::Driver> D;
+  cuda::CUstream S = nullptr;
+  cuda::CUfunction F = nullptr;
+  cuda::CUdeviceptr Region = 0;
+
+  void open(const char *Entry) {
+    llvm::Expected<std::unique_ptr<cuda::Driver>> L =
+        cuda::Driver::load(TC_CUDA_MODEL_PATH);
+    ASSERT_TRUE(!!L) << err(L.takeError());
+    D = std::move(*L);
+    cuda::Driver &Cu = *D;
+    cuda::CUcontext Ctx = nullptr;
+    cuda::CUmodule M = nullptr;
+    std::string Ptx = std::string(".version 9.0\n.target sm_90\n"
+                                  ".visible .entry ") +
+                      Entry + "(\n)\n";
+    ASSERT_FALSE(!!TC_CU(Cu, cuInit, 0));
+    ASSERT_FALSE(!!TC_CU(Cu, cuDevicePrimaryCtxRetain, &Ctx, 0));
+    ASSERT_FALSE(!!TC_CU(Cu, cuCtxSetCurrent, Ctx));
+    ASSERT_FALSE(!!TC_CU(Cu, cuStreamCreate, &S, cuda::CU_STREAM_NON_BLOCKING));
+    ASSERT_FALSE(!!TC_CU(Cu, cuMemAlloc, &Region, 64));
+    ASSERT_FALSE(!!TC_CU(Cu, cuMemsetD8, Region, 0, 64));
+    ASSERT_FALSE(!!TC_CU(Cu, cuModuleLoadData, &M, Ptx.c_str()));
+    ASSERT_FALSE(!!TC_CU(Cu, cuModuleGetFunction, &F, M, Entry));
+  }
+  cuda::CUresult launch(unsigned char Byte) {
+    static unsigned char Payload[8];
+    Payload[0] = Byte;
+    cuda::CUdeviceptr P = cuda::CUdeviceptr(uintptr_t(Payload));
+    uint64_t N = 1;
+    cuda::CUdeviceptr T = Region;
+    void *Params[] = {&P, &N, &T};
+    return D->cuLaunchKernel(F, 1, 1, 1, 1, 1, 1, 0, S, Params, nullptr);
+  }
+};
+
+// The model must behave as a device does where tc depends on it: these
+// run in a child process each (the model's state is the process's, as a
+// driver's is), and exit 0 when every expectation held.
+TEST(CudaModel, AFaultIsStickyForTheProcessAResetAndRetainIncluded) {
+  EXPECT_EXIT(
+      {
+        ModelDevice M;
+        M.open("__tc_kernel_gfault");
+        bool Ok = M.launch(1) == cuda::CUDA_SUCCESS;
+        // The fault is found by the next call that waits for the device,
+        // and then by every call.
+        Ok &= M.D->cuStreamSynchronize(M.S) == cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        cuda::CUdeviceptr P = 0;
+        Ok &= M.D->cuMemAlloc(&P, 64) == cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        Ok &= M.D->cuDevicePrimaryCtxReset(0) ==
+              cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        cuda::CUcontext Ctx = nullptr;
+        Ok &= M.D->cuDevicePrimaryCtxRetain(&Ctx, 0) ==
+              cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        Ok &= M.launch(0) == cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        std::exit(Ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(CudaModel, AKernelThatNeverEndsKeepsItsStreamAndEventsNotReady) {
+  EXPECT_EXIT(
+      {
+        ModelDevice M;
+        M.open("__tc_kernel_gspin");
+        bool Ok = M.launch(1) == cuda::CUDA_SUCCESS;
+        cuda::CUevent E = nullptr;
+        Ok &= M.D->cuEventCreate(&E, 0) == cuda::CUDA_SUCCESS;
+        Ok &= M.D->cuEventRecord(E, M.S) == cuda::CUDA_SUCCESS;
+        for (int I = 0; I < 100; ++I) {
+          Ok &= M.D->cuStreamQuery(M.S) == cuda::CUDA_ERROR_NOT_READY;
+          Ok &= M.D->cuEventQuery(E) == cuda::CUDA_ERROR_NOT_READY;
+        }
+        // A synchronizing call blocks while it runs: the word it waits for
+        // ends it, and then the call returns.
+        uint64_t One = 1;
+        std::thread Release([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          (void)M.D->cuMemcpyHtoD(M.Region + 16, &One, 8);
+        });
+        Ok &= M.D->cuStreamSynchronize(M.S) == cuda::CUDA_SUCCESS;
+        Release.join();
+        Ok &= M.D->cuEventQuery(E) == cuda::CUDA_SUCCESS;
+        std::exit(Ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 } // namespace
