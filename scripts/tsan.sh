@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ThreadSanitizer stage: builds build-tsan/ (-DTC_SANITIZE=thread) and
 # runs the runtime's unit tests, the C API tests and the end-to-end lit
-# tests of the runtime under it; the third stage of scripts/test.sh. On the 2-core
+# tests of the runtime and of GPU targets on the driver model under it; the
+# third stage of scripts/test.sh. On the 2-core
 # CI machine it takes about 9 minutes (README.md, "Sanitizer build").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
