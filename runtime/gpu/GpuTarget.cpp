@@ -42,11 +42,6 @@ constexpr uint64_t LivenessCheckNs = 1000000;
 /// driver. Only with a time limit, which asks for runaways to be stopped.
 constexpr uint64_t StallNs = 1000000000;
 
-struct GpuTarget::Alloc {
-  size_t Begin = 0, End = 0; ///< Ring positions (counted over all laps).
-  bool Done = false;
-};
-
 /// A command of a connection that the worker has not answered yet.
 struct GpuTarget::Pending {
   CmdKind Kind = CmdKind::Fence;
@@ -412,20 +407,20 @@ GpuTarget::Alloc *GpuTarget::stage(size_t Size) {
     Begin += Cap - Begin % Cap;
   if (Begin + Need - STail > Cap)
     return nullptr;
-  auto A = std::make_unique<Alloc>();
-  A->Begin = Begin;
-  A->End = SHead = Begin + Need;
-  Alloc *Raw = A.get();
-  Allocs.push_back(std::move(A));
-  return Raw;
+  // A deque keeps its elements where they are as it grows at the back
+  // and shrinks at the front: the pointer stays good until release().
+  Alloc &A = Allocs.emplace_back();
+  A.Begin = Begin;
+  A.End = SHead = Begin + Need;
+  return &A;
 }
 
 void GpuTarget::release(Alloc *A) {
   if (!A)
     return;
   A->Done = true;
-  while (!Allocs.empty() && Allocs.front()->Done) {
-    STail = Allocs.front()->End;
+  while (!Allocs.empty() && Allocs.front().Done) {
+    STail = Allocs.front().End;
     Allocs.pop_front();
   }
 }
@@ -1234,15 +1229,16 @@ void GpuTarget::issueHeldBack() {
     HeldBack.pop_front();
 }
 
-void GpuTarget::issueOrHold(std::unique_ptr<Work> W) {
-  if (HeldBack.empty() && issue(*W))
+void GpuTarget::issueOrHold(Work &W) {
+  if (HeldBack.empty() && issue(W))
     return;
   // Held back: the payload must outlive the caller's buffer.
-  if (W->Owned.empty() && !W->Payload.empty()) {
-    W->Owned = W->Payload.str();
-    W->Payload = W->Owned;
+  auto H = std::make_unique<Work>(std::move(W));
+  if (H->Owned.empty() && !H->Payload.empty()) {
+    H->Owned = H->Payload.str();
+    H->Payload = H->Owned;
   }
-  HeldBack.push_back(std::move(W));
+  HeldBack.push_back(std::move(H));
 }
 
 Error GpuTarget::launch(uint64_t Conn, const LoadedIfunc &L, StringRef Payload,
@@ -1252,13 +1248,13 @@ Error GpuTarget::launch(uint64_t Conn, const LoadedIfunc &L, StringRef Payload,
     return createStringError("the GPU worker is not running: " + DownWhy);
   auto *K = const_cast<GpuKernel *>(static_cast<const GpuKernel *>(L.Device));
   ++K->Launched;
-  auto W = std::make_unique<Work>();
-  W->What = DeviceDone::Launch;
-  W->Conn = Conn;
-  W->Tag = Tag;
-  W->Kernel = K;
-  W->Payload = Payload;
-  issueOrHold(std::move(W));
+  Work W;
+  W.What = DeviceDone::Launch;
+  W.Conn = Conn;
+  W.Tag = Tag;
+  W.Kernel = K;
+  W.Payload = Payload;
+  issueOrHold(W);
   return Error::success();
 }
 
@@ -1273,11 +1269,11 @@ void GpuTarget::fence(uint64_t Conn, uint64_t Tag) {
     Ready.push_back(std::move(R));
     return;
   }
-  auto W = std::make_unique<Work>();
-  W->What = DeviceDone::Fence;
-  W->Conn = Conn;
-  W->Tag = Tag;
-  issueOrHold(std::move(W));
+  Work W;
+  W.What = DeviceDone::Fence;
+  W.Conn = Conn;
+  W.Tag = Tag;
+  issueOrHold(W);
 }
 
 void GpuTarget::read(uint64_t Conn, uint64_t Length, uint64_t Tag) {
@@ -1293,20 +1289,20 @@ void GpuTarget::read(uint64_t Conn, uint64_t Length, uint64_t Tag) {
     Ready.push_back(std::move(R));
     return;
   }
-  auto W = std::make_unique<Work>();
-  W->What = DeviceDone::Read;
-  W->Conn = Conn;
-  W->Tag = Tag;
-  W->Length = Length;
-  issueOrHold(std::move(W));
+  Work W;
+  W.What = DeviceDone::Read;
+  W.Conn = Conn;
+  W.Tag = Tag;
+  W.Length = Length;
+  issueOrHold(W);
 }
 
 void GpuTarget::closeConnection(uint64_t Conn) {
   std::lock_guard<std::mutex> G(Mu);
-  auto W = std::make_unique<Work>();
-  W->Close = true;
-  W->Conn = Conn;
-  issueOrHold(std::move(W));
+  Work W;
+  W.Close = true;
+  W.Conn = Conn;
+  issueOrHold(W);
 }
 
 bool GpuTarget::busy() const {

@@ -175,7 +175,11 @@ public:
 
 private:
   GpuTarget() = default;
-  struct Alloc;
+  /// A piece of the staging area, freed in allocation order.
+  struct Alloc {
+    size_t Begin = 0, End = 0; ///< Ring positions (counted over all laps).
+    bool Done = false;
+  };
   struct Pending;
   struct Work;
   struct Request;
@@ -220,7 +224,7 @@ private:
   /// it held.
   llvm::Error await(uint64_t Seq, Request &Out);
   /// Issues \p W, or holds it back (behind what is held back already).
-  void issueOrHold(std::unique_ptr<Work> W);
+  void issueOrHold(Work &W);
   std::string cacheKey(const Archive &A, const Member &M,
                        llvm::StringRef CodeArch) const;
   void event(const llvm::Twine &Msg);
@@ -245,7 +249,7 @@ private:
   uint64_t NextSeq = 1, NextBig = 1;
   // The staging ring (positions counted over all laps).
   size_t SHead = 0, STail = 0;
-  std::deque<std::unique_ptr<Alloc>> Allocs;
+  std::deque<Alloc> Allocs;
 
   // The worker.
   enum class WorkerState { Starting, Ready, Down } State = WorkerState::Down;
