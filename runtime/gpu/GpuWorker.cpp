@@ -42,6 +42,10 @@ constexpr unsigned BlockThreads = 256;
 constexpr unsigned MaxLaunchesInFlight = 256;
 /// Commands taken per turn of the loop, so completions keep being polled.
 constexpr unsigned DrainBatch = 512;
+/// Launches a group holds at most: with several groups of a stream on the
+/// device, the worker sees the first ones done (and gives the device more)
+/// while the later ones run, and the time limit blames at most this many.
+constexpr unsigned GroupLaunches = 64;
 /// With nothing to do, the worker polls the command ring this long before
 /// it sleeps on the futex (a message's next one is usually microseconds
 /// away); with work on the device, this long before it polls more slowly.
@@ -118,6 +122,7 @@ struct WStream {
   std::deque<Cmd> Waiting; ///< Not given to the device yet.
   uint64_t FrontSince = 0; ///< When the front group became the front.
   unsigned Launches = 0;   ///< Launch ops in Ops.
+  unsigned Open = 0;       ///< Launches since the last end of a group.
   bool Closing = false;
 };
 
@@ -435,8 +440,10 @@ bool Worker::drain() {
   }
   // What was queued this turn is one group per stream.
   for (WStream *S : Touched)
-    if (!S->Ops.empty())
+    if (!S->Ops.empty()) {
       S->Ops.back().End = true;
+      S->Open = 0;
+    }
   Touched.clear();
   return true;
 }
@@ -661,8 +668,11 @@ void Worker::submit(WStream &S, const Cmd &C) {
   }
   // A fence, a read and a failure end their group: they are answered as
   // soon as the device is done up to them.
-  if (C.Kind == CmdKind::Fence || C.Kind == CmdKind::Read || !Op.Fail.empty())
+  if (C.Kind == CmdKind::Fence || C.Kind == CmdKind::Read ||
+      !Op.Fail.empty() || (Op.Launch && ++S.Open >= GroupLaunches))
     Op.End = true;
+  if (Op.End)
+    S.Open = 0;
   if (S.Ops.empty())
     S.FrontSince = monoNanos();
   S.Launches += Op.Launch;
@@ -752,8 +762,10 @@ bool Worker::submitWaiting(WStream &S) {
     submit(S, C);
     Did = true;
   }
-  if (Did)
+  if (Did) {
     S.Ops.back().End = true;
+    S.Open = 0;
+  }
   return Did;
 }
 
