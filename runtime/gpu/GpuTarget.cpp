@@ -1071,37 +1071,41 @@ void GpuTarget::unload(const ArchiveHash &H) {
 // Operations
 //===----------------------------------------------------------------------===//
 
+GpuTarget::Pending &GpuTarget::expect(uint64_t Conn, const Cmd &C,
+                                      uint64_t Tag, bool Answers, Alloc *Mem) {
+  Pending &P = Conns[Conn].emplace_back();
+  P.Kind = C.Kind;
+  P.Seq = C.Tag;
+  P.Tag = Tag;
+  P.Answers = Answers;
+  P.Mem = Mem;
+  this->Answers += Answers;
+  return P;
+}
+
 bool GpuTarget::issue(Work &W) {
   auto Room = [&] {
     return CmdHead - Ch.H->CmdTail.load(std::memory_order_acquire) < CmdSlots;
   };
   size_t Cap = Opts.StagingBytes;
   char *Staging = Ch.Staging;
+  Cmd C{};
+  C.Conn = W.Conn;
   if (W.Close) {
-    Cmd C{};
     C.Kind = CmdKind::Close;
-    C.Conn = W.Conn;
     return push(C);
   }
   switch (W.What) {
-  case DeviceDone::Fence: {
-    Cmd C{};
+  case DeviceDone::Fence:
     C.Kind = CmdKind::Fence;
-    C.Conn = W.Conn;
     if (!push(C))
       return false;
-    Pending P;
-    P.Kind = CmdKind::Fence;
-    P.Seq = C.Tag;
-    P.Tag = W.Tag;
-    P.Answers = true;
-    Conns[W.Conn].push_back(std::move(P));
-    ++Answers;
+    expect(W.Conn, C, W.Tag, true, nullptr);
     return true;
-  }
   case DeviceDone::Read: {
     if (!W.Data)
       W.Data = std::make_shared<std::string>(W.Length, '\0');
+    // In pieces of a quarter of the staging area at most.
     do {
       uint64_t Piece = std::min<uint64_t>(W.Length - W.Sent, Cap / 4);
       if (!Room())
@@ -1109,25 +1113,16 @@ bool GpuTarget::issue(Work &W) {
       Alloc *A = nullptr;
       if (Piece && !(A = stage(Piece)))
         return false;
-      Cmd C{};
       C.Kind = CmdKind::Read;
-      C.Conn = W.Conn;
       C.Off = A ? A->Begin % Cap : 0;
       C.Len = Piece;
       C.A = W.Sent;
       (void)push(C);
-      Pending P;
-      P.Kind = CmdKind::Read;
-      P.Seq = C.Tag;
-      P.Tag = W.Tag;
-      P.Mem = A;
+      Pending &P = expect(W.Conn, C, W.Tag, W.Sent + Piece >= W.Length, A);
       P.Data = W.Data;
       P.DataOff = W.Sent;
       P.Len = Piece;
       W.Sent += Piece;
-      P.Answers = W.Sent >= W.Length;
-      Answers += P.Answers;
-      Conns[W.Conn].push_back(std::move(P));
     } while (W.Sent < W.Length);
     return true;
   }
@@ -1136,87 +1131,54 @@ bool GpuTarget::issue(Work &W) {
     if (K.Generation != Generation && !reload(K))
       return false;
     size_t Size = W.Payload.size();
-    Cmd C{};
-    C.Kind = CmdKind::Launch;
-    C.Conn = W.Conn;
-    C.Kernel = K.Id;
-    C.Len = Size;
+    Alloc *A = nullptr;
     if (Size <= Cap / 2) {
-      if (!Room())
-        return false;
-      Alloc *A = stage(Size);
-      if (!A)
+      if (!Room() || !(A = stage(Size)))
         return false;
       C.Off = A->Begin % Cap;
       if (Size)
         std::memcpy(Staging + C.Off, W.Payload.data(), Size);
-      (void)push(C);
-      Pending P;
-      P.Kind = CmdKind::Launch;
-      P.Seq = C.Tag;
-      P.Tag = W.Tag;
-      P.Answers = true;
-      P.Kernel = &K;
-      P.Mem = A;
-      Conns[W.Conn].push_back(std::move(P));
-      ++Answers;
-      ++Counters.Launches;
-      return true;
-    }
-    // Larger than the staging area takes at once: into device memory of
-    // its own, in pieces, on the connection's stream.
-    if (!W.Big) {
+    } else {
+      // Larger than the staging area takes at once: into device memory of
+      // its own, in pieces, on the connection's stream.
+      if (!W.Big) {
+        if (!Room())
+          return false;
+        W.Big = NextBig++;
+        Cmd B = C;
+        B.Kind = CmdKind::BigAlloc;
+        B.Len = Size;
+        B.A = W.Big;
+        (void)push(B);
+        expect(W.Conn, B, 0, false, nullptr);
+        ++Counters.LargePayloads;
+      }
+      while (W.Sent < Size) {
+        uint64_t Piece = std::min<uint64_t>(Size - W.Sent, Cap / 4);
+        Alloc *Part;
+        if (!Room() || !(Part = stage(Piece)))
+          return false;
+        Cmd B = C;
+        B.Kind = CmdKind::BigCopy;
+        B.Off = Part->Begin % Cap;
+        B.Len = Piece;
+        B.A = W.Big;
+        B.B = W.Sent;
+        std::memcpy(Staging + B.Off, W.Payload.data() + W.Sent, Piece);
+        (void)push(B);
+        expect(W.Conn, B, 0, false, Part);
+        W.Sent += Piece;
+      }
       if (!Room())
         return false;
-      W.Big = NextBig++;
-      Cmd B{};
-      B.Kind = CmdKind::BigAlloc;
-      B.Conn = W.Conn;
-      B.Len = Size;
-      B.A = W.Big;
-      (void)push(B);
-      Pending P;
-      P.Kind = CmdKind::BigAlloc;
-      P.Seq = B.Tag;
-      Conns[W.Conn].push_back(std::move(P));
-      ++Counters.LargePayloads;
+      C.Flags = FlagBig;
+      C.A = W.Big;
     }
-    while (W.Sent < Size) {
-      uint64_t Piece = std::min<uint64_t>(Size - W.Sent, Cap / 4);
-      if (!Room())
-        return false;
-      Alloc *A = stage(Piece);
-      if (!A)
-        return false;
-      Cmd B{};
-      B.Kind = CmdKind::BigCopy;
-      B.Conn = W.Conn;
-      B.Off = A->Begin % Cap;
-      B.Len = Piece;
-      B.A = W.Big;
-      B.B = W.Sent;
-      std::memcpy(Staging + B.Off, W.Payload.data() + W.Sent, Piece);
-      (void)push(B);
-      Pending P;
-      P.Kind = CmdKind::BigCopy;
-      P.Seq = B.Tag;
-      P.Mem = A;
-      Conns[W.Conn].push_back(std::move(P));
-      W.Sent += Piece;
-    }
-    if (!Room())
-      return false;
-    C.Flags = FlagBig;
-    C.A = W.Big;
+    C.Kind = CmdKind::Launch;
+    C.Kernel = K.Id;
+    C.Len = Size;
     (void)push(C);
-    Pending P;
-    P.Kind = CmdKind::Launch;
-    P.Seq = C.Tag;
-    P.Tag = W.Tag;
-    P.Answers = true;
-    P.Kernel = &K;
-    Conns[W.Conn].push_back(std::move(P));
-    ++Answers;
+    expect(W.Conn, C, W.Tag, true, A).Kernel = &K;
     ++Counters.Launches;
     return true;
   }

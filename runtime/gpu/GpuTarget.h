@@ -210,6 +210,10 @@ private:
   /// worker does not have it).
   bool reload(GpuKernel &K);
   void finish(uint64_t Conn, Pending &P, bool Ok, const std::string &Why);
+  /// Records that command \p C (pushed) of \p Conn awaits the worker's
+  /// answer; with \p Answers, the answer is the Runtime's operation \p Tag.
+  Pending &expect(uint64_t Conn, const gpu::Cmd &C, uint64_t Tag, bool Answers,
+                  Alloc *Mem);
   void landed(GpuKernel &K);
   /// Sends \p Image to the worker as kernel \p K and waits for its answer.
   llvm::Error loadInWorker(GpuKernel &K, const std::string &Image, bool IsPtx);

@@ -601,17 +601,20 @@ CUresult cuMemHostAlloc(void **P, size_t N, unsigned) {
   *P = Mem;
   return Success;
 }
-CUresult cuMemFreeHost(void *P) {
+/// Forgets the mapped host range at \p P (and unmaps it, \p Ours).
+static CUresult unmapHost(void *P, bool Ours) {
   Model &Md = model();
   std::lock_guard<std::mutex> L(Md.M);
   for (auto It = Md.Mapped.begin(); It != Md.Mapped.end(); ++It)
     if (It->first == P) {
-      ::munmap(P, It->second);
+      if (Ours)
+        ::munmap(P, It->second);
       Md.Mapped.erase(It);
       return Md.Sticky;
     }
   return InvalidValue;
 }
+CUresult cuMemFreeHost(void *P) { return unmapHost(P, true); }
 CUresult cuMemHostRegister_v2(void *P, size_t N, unsigned) {
   Model &Md = model();
   std::lock_guard<std::mutex> L(Md.M);
@@ -622,16 +625,7 @@ CUresult cuMemHostRegister_v2(void *P, size_t N, unsigned) {
   Md.Mapped.push_back({static_cast<const char *>(P), N});
   return Success;
 }
-CUresult cuMemHostUnregister(void *P) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  for (auto It = Md.Mapped.begin(); It != Md.Mapped.end(); ++It)
-    if (It->first == P) {
-      Md.Mapped.erase(It);
-      return Md.Sticky;
-    }
-  return InvalidValue;
-}
+CUresult cuMemHostUnregister(void *P) { return unmapHost(P, false); }
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *D, void *P, unsigned) {
   Model &Md = model();
   std::lock_guard<std::mutex> L(Md.M);
