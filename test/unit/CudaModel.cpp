@@ -294,11 +294,16 @@ CUresult gate(Model &Md) {
   return Md.Sticky;
 }
 
+/// Takes the model's lock as Md, or returns what every call returns first
+/// (not initialised, or the sticky error).
+#define ENTER(Md)                                                              \
+  Model &Md = model();                                                         \
+  std::lock_guard<std::mutex> Lock(Md.M);                                      \
+  if (CUresult R = gate(Md))                                                   \
+  return R
+
 CUresult enqueue(void *StreamHandle, Item It) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto *S = static_cast<Stream *>(StreamHandle);
   if (!Md.Streams.count(S))
     return InvalidHandle;
@@ -381,18 +386,12 @@ CUresult cuDriverGetVersion(int *V) {
   return Success;
 }
 CUresult cuDeviceGetCount(int *N) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   *N = isMode("zero") ? 0 : 1;
   return Success;
 }
 CUresult cuDeviceGet(int *D, int Ordinal) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   if (Ordinal != 0)
     return InvalidDevice;
   *D = Ordinal;
@@ -417,10 +416,7 @@ CUresult cuDeviceTotalMem_v2(size_t *Bytes, int) {
 }
 
 CUresult cuDevicePrimaryCtxRetain(void **Ctx, int) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   *Ctx = &Md;
   return Success;
 }
@@ -452,10 +448,7 @@ CUresult cuCtxSynchronize() {
 }
 
 CUresult cuStreamCreate(void **Out, unsigned) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto *S = new Stream();
   Md.Streams.insert(S);
   std::thread(runStream, S).detach();
@@ -486,10 +479,7 @@ CUresult cuStreamSynchronize(void *H) {
   return Md.Sticky;
 }
 CUresult cuStreamQuery(void *H) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto *S = static_cast<Stream *>(H);
   if (!Md.Streams.count(S))
     return InvalidHandle;
@@ -497,10 +487,7 @@ CUresult cuStreamQuery(void *H) {
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *P, size_t N) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   void *Mem = allocate(N);
   if (!Mem)
     return OutOfMemory;
@@ -525,10 +512,7 @@ CUresult cuMemFree_v2(CUdeviceptr P) {
   return Success;
 }
 CUresult cuMemAllocAsync(CUdeviceptr *P, size_t N, void *) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   if (isMode("noregister"))
     return NotSupported; // A device without memory pools, too.
   void *Mem = std::malloc(N ? N : 1);
@@ -544,18 +528,12 @@ CUresult cuMemFreeAsync(CUdeviceptr P, void *S) {
   return enqueue(S, std::move(It));
 }
 CUresult cuMemsetD8_v2(CUdeviceptr P, unsigned char V, size_t N) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   std::memset(reinterpret_cast<void *>(uintptr_t(P)), V, N);
   return Success;
 }
 static CUresult copyNow(void *Dst, const void *Src, size_t N) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   std::memcpy(Dst, Src, N);
   return Success;
 }
@@ -590,10 +568,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr D, CUdeviceptr Src, size_t N,
                    reinterpret_cast<const void *>(uintptr_t(Src)), N, S);
 }
 CUresult cuMemHostAlloc(void **P, size_t N, unsigned) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   void *Mem = allocate(N);
   if (!Mem)
     return OutOfMemory;
@@ -616,10 +591,7 @@ static CUresult unmapHost(void *P, bool Ours) {
 }
 CUresult cuMemFreeHost(void *P) { return unmapHost(P, true); }
 CUresult cuMemHostRegister_v2(void *P, size_t N, unsigned) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   if (isMode("noregister"))
     return NotSupported;
   Md.Mapped.push_back({static_cast<const char *>(P), N});
@@ -627,10 +599,7 @@ CUresult cuMemHostRegister_v2(void *P, size_t N, unsigned) {
 }
 CUresult cuMemHostUnregister(void *P) { return unmapHost(P, false); }
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *D, void *P, unsigned) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   if (!mapped(Md, P))
     return InvalidValue;
   *D = CUdeviceptr(uintptr_t(P));
@@ -658,10 +627,7 @@ static CUresult readImage(const char *Image, Module &M) {
 }
 
 CUresult cuModuleLoadData(void **Out, const void *Image) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto M = std::make_unique<Module>();
   if (CUresult R = readImage(static_cast<const char *>(Image), *M))
     return R;
@@ -677,10 +643,7 @@ CUresult cuModuleUnload(void *M) {
   return model().Sticky;
 }
 CUresult cuModuleGetFunction(void **F, void *M, const char *Name) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto *Mod = static_cast<Module *>(M);
   Kernel K = hostKernel(Name);
   if (!Mod->Entries.count(Name) || !K)
@@ -722,10 +685,7 @@ CUresult cuLaunchKernel(void *F, unsigned GX, unsigned GY, unsigned GZ,
 }
 
 CUresult cuLinkCreate_v2(unsigned, int *, void **, void **State) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   *State = new LinkState();
   return Success;
 }
@@ -751,10 +711,7 @@ CUresult cuLinkDestroy(void *State) {
 }
 
 CUresult cuEventCreate(void **E, unsigned) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto Ev = std::make_shared<Event>();
   *E = Ev.get();
   Md.Events[Ev.get()] = Ev;
@@ -779,10 +736,7 @@ CUresult cuEventRecord(void *E, void *S) {
   return enqueue(S, std::move(It));
 }
 CUresult cuEventQuery(void *E) {
-  Model &Md = model();
-  std::lock_guard<std::mutex> L(Md.M);
-  if (CUresult R = gate(Md))
-    return R;
+  ENTER(Md);
   auto It = Md.Events.find(E);
   if (It == Md.Events.end())
     return InvalidHandle;
