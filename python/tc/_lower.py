@@ -14,6 +14,7 @@ run is refused here, naming the Python function; tc-cc then runs tc's
 passes on the bitcode and writes the archive.
 """
 import inspect
+import os
 import re
 
 import llvmlite.binding as llb
@@ -23,6 +24,14 @@ from numba import types
 from numba.core import cgutils
 from numba.core import codegen as _numba_codegen
 from numba.core import errors as numba_errors
+
+# numba makes machine code for this host as it compiles; inline assembly
+# (an @intrinsic's) needs the host's assembly parser, which numba leaves
+# out (LLVM then aborts the process). tc's passes refuse it afterwards.
+llb.initialize()
+llb.initialize_native_target()
+llb.initialize_native_asmprinter()
+llb.initialize_native_asmparser()
 
 # --- keep numba's unoptimized IR -------------------------------------------
 
@@ -205,10 +214,9 @@ def _wrapper_module(compiled, context, source_file):
         else:
             builder.ret(value)
         compiled.by_symbol[fndesc.mangled_name] = compiled.python[suffix]
-    text = str(module)
-    quoted = source_file.replace("\\", "\\\\").replace('"', '\\22')
-    return re.sub(r'^source_filename = ".*"$', f'source_filename = "{quoted}"',
-                  text, count=1, flags=re.M)
+    # tc's passes name the module's source file in their diagnostics.
+    quoted = source_file.replace("\\", "\\5C").replace('"', '\\22')
+    return f'source_filename = "{quoted}"\n' + str(module)
 
 
 def link(compiled, source_file):
@@ -382,18 +390,22 @@ def numba_error_location(error, source_file):
     `source_file` when numba names one."""
     text = str(error)
     line = None
+    own = os.path.realpath(source_file)
     for m in re.finditer(r'File "([^"]+)", line (\d+)', text):
-        if m.group(1) == source_file or source_file.endswith(m.group(1)):
+        # numba names the file relative to the working directory.
+        if os.path.realpath(m.group(1)) == own:
             line = int(m.group(2))
-    reason = None
-    for raw in text.splitlines():
-        s = raw.strip()
-        if not s or s.startswith(("Failed in", "- Resolution failure",
-                                   "During:", "File \"")):
-            continue
-        reason = re.sub(r"\x1b\[[0-9;]*m", "", s)
-        break
-    return line, reason or type(error).__name__
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", raw).strip()
+             for raw in text.splitlines()]
+    lines = [s for s in lines if s and not s.startswith(
+        ("Failed in", "- Resolution failure", "During:", "File \""))]
+    if not lines:
+        return line, type(error).__name__
+    reason = lines[0]
+    if reason.endswith(":") and len(lines) > 1:
+        # "No implementation of function ... found for signature:"
+        reason += " " + lines[1].lstrip("> ")
+    return line, reason
 
 
 def python_line(fn):

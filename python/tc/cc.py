@@ -378,6 +378,12 @@ def main(argv=None):
         for line in e.diagnostics:
             print(line, file=sys.stderr)
         return 1
+    except Exception as e:  # a bug here or in numba: still one line
+        if os.environ.get("TC_CC_TRACEBACK"):
+            raise
+        print(f"tc.cc: error: {type(e).__name__}: {e} (TC_CC_TRACEBACK=1 "
+              f"shows where)".replace("\n", " "), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -232,8 +232,8 @@ public:
 
   /// Sends a fence; \p Done runs when the target has processed every
   /// earlier message on \p Conn (run or rejected). When the connection
-  /// goes first, the error of fences, region reads and held sends carries
-  /// std::errc::connection_reset.
+  /// goes first, or the fence cannot be sent on it, the error of fences,
+  /// region reads and held sends carries std::errc::connection_reset.
   void fence(ConnId Conn, llvm::unique_function<void(llvm::Error)> Done);
 
   /// Reads up to \p Length bytes of the target's exposed region. The read

@@ -179,3 +179,22 @@ def _cuda_usable():
 if _cuda_usable():
     config.available_features.add("cuda")
 # --- end GPU targets
+
+# --- Python (issue #42): the tc package for Debian's python3, as built into
+# build/python. %tc_python runs that python3 with the package on its path;
+# in a sanitizer build, with the sanitizer runtime preloaded (libtc and the
+# extension are instrumented, python3 is not). Feature "python": the package
+# was built (and this is no ThreadSanitizer build, whose runtime cannot be
+# preloaded); without it the tests in python/ are unsupported, except
+# python/available.test, which under CI fails instead.
+tc_python = "env PYTHONPATH=%s" % os.path.join(config.tc_obj_root, "python")
+if config.tc_sanitize and not config.tc_sanitize_thread:
+    asan_rt = subprocess.check_output(
+        [os.path.join(config.llvm_tools_dir, "clang"),
+         "-print-file-name=libclang_rt.asan-x86_64.so"], text=True).strip()
+    tc_python += " LD_PRELOAD=%s" % asan_rt
+config.substitutions.append(("%tc_python", '%s "%s"' % (tc_python,
+                                                        config.tc_python)))
+if config.tc_have_python and not config.tc_sanitize_thread:
+    config.available_features.add("python")
+# --- end Python
