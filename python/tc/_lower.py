@@ -231,10 +231,12 @@ def link(compiled, source_file):
     for library in seen.values():
         for text in _library_ir(library, context):
             mod = llb.parse_assembly(_neutral(text))
-            # Lazily linked: only what the entry points reach comes in.
-            for f in mod.functions:
-                if not f.is_declaration and f.linkage == llb.Linkage.external:
-                    f.linkage = "linkonce_odr"
+            # Every definition comes in whatever the order (a linkonce one
+            # would be left out when linked before its first user), and
+            # one of several copies is kept; unused ones go below.
+            for g in list(mod.functions) + list(mod.global_variables):
+                if not g.is_declaration and g.linkage in _MERGEABLE:
+                    g.linkage = "weak_odr"
             main.link_in(mod)
     for f in main.functions:
         if not f.is_declaration and f.name not in keep:
@@ -244,6 +246,9 @@ def link(compiled, source_file):
             g.linkage = "internal"
     return str(main)
 
+
+_MERGEABLE = (llb.Linkage.external, llb.Linkage.linkonce_any,
+              llb.Linkage.linkonce_odr)
 
 _TARGETS_READY = False
 

@@ -79,6 +79,8 @@ def _load(source, diags_path):
     modname = "_tc_ifunc_" + re.sub(r"\W", "_", stem)
     spec = importlib.util.spec_from_file_location(modname, path)
     module = importlib.util.module_from_spec(spec)
+    keep = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no __pycache__ beside SRC.py
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's code: any exception
@@ -89,6 +91,8 @@ def _load(source, diags_path):
         where = path + (f":{line}" if line else "")
         raise CompileError([f"{where}: error: importing it raised "
                             f"{type(e).__name__}: {e}"]) from None
+    finally:
+        sys.dont_write_bytecode = keep
     return module, path
 
 

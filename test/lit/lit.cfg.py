@@ -187,14 +187,18 @@ if _cuda_usable():
 # was built (and this is no ThreadSanitizer build, whose runtime cannot be
 # preloaded); without it the tests in python/ are unsupported, except
 # python/available.test, which under CI fails instead.
-tc_python = "env PYTHONPATH=%s" % os.path.join(config.tc_obj_root, "python")
+# %debian_python is that python3 alone (with the runtime preloaded), for
+# tests that put another copy of the package on its path.
+preload = ""
 if config.tc_sanitize and not config.tc_sanitize_thread:
     asan_rt = subprocess.check_output(
         [os.path.join(config.llvm_tools_dir, "clang"),
          "-print-file-name=libclang_rt.asan-x86_64.so"], text=True).strip()
-    tc_python += " LD_PRELOAD=%s" % asan_rt
-config.substitutions.append(("%tc_python", '%s "%s"' % (tc_python,
-                                                        config.tc_python)))
+    preload = " LD_PRELOAD=%s" % asan_rt
+config.substitutions.append(("%tc_python", 'env PYTHONPATH=%s%s "%s"' % (
+    os.path.join(config.tc_obj_root, "python"), preload, config.tc_python)))
+config.substitutions.append(("%debian_python", 'env%s "%s"' % (
+    preload, config.tc_python)))
 if config.tc_have_python and not config.tc_sanitize_thread:
     config.available_features.add("python")
 # --- end Python
