@@ -122,8 +122,12 @@ def compile_entries(name, functions):
     out = Compiled(name)
     for suffix, _, sig in ENTRIES:
         fn = functions[suffix]
-        dispatcher = numba.njit(sig, error_model="numpy",
-                                boundscheck=False)(fn)
+        try:
+            dispatcher = numba.njit(sig, error_model="numpy",
+                                    boundscheck=False)(fn)
+        except numba_errors.NumbaError as e:
+            e.tc_entry = fn  # which one, for the diagnostic
+            raise
         cres = dispatcher.overloads[sig.args]
         out.results[suffix] = cres
         out.python[suffix] = fn

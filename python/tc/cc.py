@@ -68,7 +68,7 @@ class _Diagnostics:
             raise CompileError(self.lines)
 
 
-def _load(source, diags_path):
+def _load(source):
     """The module of `source` (a path or a module) and its file's path."""
     if isinstance(source, pytypes.ModuleType):
         return source, getattr(source, "__file__", None) or source.__name__
@@ -170,7 +170,7 @@ def compile(source, output=None, *, name=None, targets=None, opt=2,
     module; the other arguments are python3 -m tc.cc's options. Raises
     tc.CompileError with the diagnostics."""
     from . import _lower
-    module, path = _load(source, None)
+    module, path = _load(source)
     if name is None:
         name = os.path.splitext(os.path.basename(path))[0]
     if not _IDENT.match(name):
@@ -263,13 +263,13 @@ def compile(source, output=None, *, name=None, targets=None, opt=2,
 
 
 def _failed_entry(error, entries):
-    """The entry point numba failed on (its message names it)."""
+    """The entry point numba failed on: the one its message names, else
+    the one being compiled (compile_entries goes in ENTRIES' order)."""
     text = str(error)
     for fn in entries.values():
         if re.search(r"\b" + re.escape(fn.__name__) + r"\b", text):
             return fn
-    frames = getattr(error, "__traceback__", None)
-    return None if frames is None else next(iter(entries.values()), None)
+    return getattr(error, "tc_entry", None)
 
 
 def _rewrite(stderr, inputs, path, compiled):
@@ -301,7 +301,6 @@ def _rewrite(stderr, inputs, path, compiled):
 def _parse(argv):
     o = {"targets": [], "libs": [], "opt": 2}
     src = None
-    it = iter(range(len(argv)))
     i = 0
 
     def value(flag):
@@ -315,11 +314,12 @@ def _parse(argv):
         i += 1
         return argv[i]
 
-    del it
     while i < len(argv):
         a = argv[i]
-        if a == "-o" or a.startswith("-o") and not a.startswith("--"):
-            o["output"] = value("-o") if a == "-o" else a[2:]
+        if a == "-o":
+            o["output"] = value("-o")
+        elif a.startswith("-o") and not a.startswith("--"):
+            o["output"] = a[2:]
         elif a == "--target" or a.startswith("--target="):
             o["targets"].append(value("--target"))
         elif a == "--name" or a.startswith("--name="):

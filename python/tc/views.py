@@ -10,6 +10,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+# What numba compiles from here on keeps its unoptimized IR, which tc.cc
+# needs: these views are compiled on first use, maybe before tc.cc is.
+from . import _lower  # noqa: F401  (installs the hook)
+
 
 @intrinsic
 def _pointer(typingctx, address):
