@@ -82,6 +82,10 @@ with tc.Worker() as w:
     print("wait_for timeout:", e, "| bounded:", time.monotonic() - t < 5)
     ep.flush()
 
+    # A PMIx worker outside a launcher: one error, at once.
+    e = expect(tc.Error, tc.Worker, pmix=True, timeout=30)
+    print("pmix outside a job:", e.status_name)
+
     # Context managers and closed objects.
     with w.connect(addr) as ep2:
         ep2.send(tsi)
