@@ -77,6 +77,23 @@ def _parse_host_port(where):
     return host, port
 
 
+class _Closable:
+    """What every wrapper of a libtc handle does with its close(): a
+    context manager, and closed when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: lib may be gone
+            pass
+
+
 class _Op:
     """A flush, region read or barrier in flight (a tcpy_op_t)."""
 
@@ -97,7 +114,7 @@ class _Op:
             self.h = None
 
 
-class Worker:
+class Worker(_Closable):
     """A tc worker: a context and a worker of libtc, its UCX worker and JIT.
 
     tc.Worker() is a sender (and, with listen()/set_region()/target_args,
@@ -184,18 +201,6 @@ class Worker:
             lib.tc_context_destroy(self._ctx)
             self._ctx = None
         self._keep.clear()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def _handle(self):
         if self._h is None:
@@ -387,7 +392,7 @@ class Worker:
         return got
 
 
-class Endpoint:
+class Endpoint(_Closable):
     """A connection to a peer worker (Worker.connect, connect_rank)."""
 
     def __init__(self, worker, h, peer):
@@ -404,18 +409,6 @@ class Endpoint:
                 lib.tc_ep_destroy(self._h)
             self.worker._eps.pop(self._h, None)
             self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return f"<tc.Endpoint {self.peer}{' closed' if self._h is None else ''}>"
@@ -443,12 +436,15 @@ class Endpoint:
         if h is None or w._h is None:
             self._handle()
         if type(what) is Ifunc:
+            f = what._h
+            if f is None:
+                what._handle()
             if type(args) is bytes:
-                s = lib.tcpy_send_args(w._pw, w._h, h, what._h, args,
-                                       len(args), count)
+                s = lib.tcpy_send_args(w._pw, w._h, h, f, args, len(args),
+                                       count)
             else:
                 b = ffi.from_buffer(args)
-                s = lib.tcpy_send_args(w._pw, w._h, h, what._h,
+                s = lib.tcpy_send_args(w._pw, w._h, h, f,
                                        ffi.cast("char *", b), len(b), count)
         elif type(what) is Message:
             s = lib.tcpy_send(w._pw, w._h, h, what._handle(), count)
@@ -494,7 +490,7 @@ class Endpoint:
             f"{message}{more}", status, seq, m.group(1) if m else None, errs)
 
 
-class Ifunc:
+class Ifunc(_Closable):
     """A registered ifunc (Worker.register)."""
 
     def __init__(self, worker, h, archive):
@@ -534,23 +530,11 @@ class Ifunc:
         self.worker._handle()
         return self._h
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
     def __repr__(self):
         return f"<tc.Ifunc {self.hash.hex()[:16]}>"
 
 
-class Message:
+class Message(_Closable):
     """A message of one ifunc (Ifunc.message), to send again and again."""
 
     def __init__(self, ifunc, h):
@@ -572,12 +556,6 @@ class Message:
         target_args)."""
         return int(ffi.cast("uintptr_t", self._handle()))
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
     def close(self):
         if self._h is not None:
             if self.ifunc.worker._h is not None:
@@ -589,10 +567,4 @@ class Message:
         if self._h is None:
             raise errors.Error("the message is closed")
         return self._h
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
