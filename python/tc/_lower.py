@@ -223,6 +223,9 @@ def _wrapper_module(compiled, context, source_file):
     return f'source_filename = "{quoted}"\n' + str(module)
 
 
+_MERGEABLE = (llb.Linkage.external, llb.Linkage.linkonce_any,
+              llb.Linkage.linkonce_odr)
+
 def link(compiled, source_file):
     """One LLVM 14 module (text): the entry points, the numba functions
     they reach, everything but the entry points internal."""
@@ -250,9 +253,6 @@ def link(compiled, source_file):
             g.linkage = "internal"
     return str(main)
 
-
-_MERGEABLE = (llb.Linkage.external, llb.Linkage.linkonce_any,
-              llb.Linkage.linkonce_odr)
 
 _TARGETS_READY = False
 
