@@ -189,16 +189,18 @@ if _cuda_usable():
 # python/available.test, which under CI fails instead.
 # %debian_python is that python3 alone (with the runtime preloaded), for
 # tests that put another copy of the package on its path.
-preload = ""
+debian_python = '"%s"' % config.tc_python
 if config.tc_sanitize and not config.tc_sanitize_thread:
     asan_rt = subprocess.check_output(
         [os.path.join(config.llvm_tools_dir, "clang"),
          "-print-file-name=libclang_rt.asan-x86_64.so"], text=True).strip()
-    preload = " LD_PRELOAD=%s" % asan_rt
-config.substitutions.append(("%tc_python", 'env PYTHONPATH=%s%s "%s"' % (
-    os.path.join(config.tc_obj_root, "python"), preload, config.tc_python)))
-config.substitutions.append(("%debian_python", 'env%s "%s"' % (
-    preload, config.tc_python)))
+    debian_python = 'env TC_SANITIZER_RT=%s TC_PYTHON="%s" sh "%s"' % (
+        asan_rt, config.tc_python, os.path.join(
+            config.test_source_root, "python", "Inputs",
+            "sanitized-python.sh"))
+config.substitutions.append(("%tc_python", "env PYTHONPATH=%s %s" % (
+    os.path.join(config.tc_obj_root, "python"), debian_python)))
+config.substitutions.append(("%debian_python", debian_python))
 if config.tc_have_python and not config.tc_sanitize_thread:
     config.available_features.add("python")
 # --- end Python
