@@ -78,18 +78,23 @@ def _parse_host_port(where):
 
 
 class _Closable:
-    """What every wrapper of a libtc handle does with its close(): a
-    context manager, and closed when collected."""
+    """What every wrapper of a libtc handle does with its _close(check):
+    close() raises what closing met, a `with` block leaving by an exception
+    does not replace it with another, and collection closes quietly."""
+
+    def close(self):
+        """Closes the object (idempotent)."""
+        self._close(True)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, *exc):
+        self._close(exc_type is None)
 
     def __del__(self):
         try:
-            self.close()
+            self._close(False)
         except Exception:  # interpreter shutdown: lib may be gone
             pass
 
@@ -184,13 +189,21 @@ class Worker(_Closable):
 
     # --- lifetime ---------------------------------------------------------
     def close(self):
-        """Destroys every endpoint, ifunc and message of the worker, then the
-        worker and its context. Messages already sent go ahead of the
-        goodbye each peer gets. Idempotent."""
-        for child in list(self._children):
-            child.close()
+        """Closes every endpoint (each flushes what was sent on it since its
+        last wait: Endpoint.close), then destroys the ifuncs, messages, the
+        worker and its context; raises the first error the flushes met.
+        Idempotent."""
+        self._close(True)
+
+    def _close(self, check):
+        failure = None
         for ep in list(self._eps.values()):
-            ep.close()
+            try:
+                ep._close(check)
+            except errors.Error as e:
+                failure = failure or e
+        for child in list(self._children):
+            child._close(check)
         if self._h is not None:
             lib.tc_worker_destroy(self._h)
             self._h = None
@@ -201,6 +214,8 @@ class Worker(_Closable):
             lib.tc_context_destroy(self._ctx)
             self._ctx = None
         self._keep.clear()
+        if failure is not None:
+            raise failure
 
     def _handle(self):
         if self._h is None:
@@ -400,11 +415,32 @@ class Endpoint(_Closable):
         self._h = h
         self.peer = peer
         self._errors = []
+        self._unflushed = False  # sends since the last wait
 
-    def close(self):
-        """Closes the connection: the peer gets a goodbye behind the
-        messages sent before. Idempotent."""
-        if self._h is not None:
+    def close(self, timeout=10.0):
+        """Closes the connection. Messages sent since the last flush or
+        region read are flushed first (within `timeout` s), so closing
+        drops none of them: libtc holds the first sends of a connection
+        until the peer has answered, and a connection closed before that
+        would lose them. Raises what that flush raises (RemoteError,
+        TimeoutError), but a connection that is gone already (the peer
+        closed it first, as the ranks of a job that ends do) is no error
+        here: there is nothing left to close. Idempotent."""
+        self._close(True, timeout)
+
+    def _close(self, check, timeout=10.0):
+        if self._h is None:
+            return
+        try:
+            if self._unflushed and self.worker._h is not None:
+                try:
+                    self.flush(timeout)
+                except errors.ConnectionLostError:
+                    pass
+                except errors.Error:
+                    if check:
+                        raise
+        finally:
             if self.worker._h is not None:
                 lib.tc_ep_destroy(self._h)
             self.worker._eps.pop(self._h, None)
@@ -435,6 +471,7 @@ class Endpoint(_Closable):
         w = self.worker
         if h is None or w._h is None:
             self._handle()
+        self._unflushed = True
         if type(what) is Ifunc:
             f = what._h
             if f is None:
@@ -452,6 +489,8 @@ class Endpoint(_Closable):
             raise TypeError("send: expected a tc.Ifunc or tc.Message, got "
                             + type(what).__name__)
         if s != _INPROGRESS:
+            if s == lib.TC_ERR_CONNECTION_RESET:
+                self._unflushed = False  # nothing to flush any more
             _raise(s, "send")
 
     def flush(self, timeout=10.0):
@@ -459,23 +498,34 @@ class Endpoint(_Closable):
         sent before; tc.RemoteError if it rejected any since the last wait,
         tc.TimeoutError after `timeout` s, tc.ConnectionLostError if the
         connection went."""
-        op = _Op()
-        op.started(lib.tcpy_flush(self._handle(), op.h), "flush")
-        self.worker._wait(op, timeout, "flush")
-        op.release()
+        self._await(lib.tcpy_flush, "flush", timeout)
         self._raise_remote()
 
     def read_region(self, size, timeout=10.0):
         """Reads up to `size` bytes of the memory the target exposes
         (tc-serve's region), after every message sent before: bytes."""
-        op = _Op()
-        op.started(lib.tcpy_read_region(self._handle(), size, op.h),
-                   "read_region")
-        self.worker._wait(op, timeout, "read_region")
+        op = self._await(lambda h, o: lib.tcpy_read_region(h, size, o),
+                         "read_region", timeout, keep=True)
         data = bytes(ffi.buffer(op.h.data, op.h.size)) if op.h.size else b""
         op.release()
         self._raise_remote()
         return data
+
+    def _await(self, start, what, timeout, keep=False):
+        """Starts a flush or region read and waits for it: what was sent
+        before has been processed once it ends, or cannot be once the
+        connection went."""
+        op = _Op()
+        try:
+            op.started(start(self._handle(), op.h), what)
+            self.worker._wait(op, timeout, what)
+        except errors.ConnectionLostError:
+            self._unflushed = False
+            raise
+        self._unflushed = False
+        if not keep:
+            op.release()
+        return op
 
     def _raise_remote(self):
         if not self._errors:
@@ -518,6 +568,9 @@ class Ifunc(_Closable):
 
     def close(self):
         """Deregisters the ifunc (messages made from it still send)."""
+        self._close(True)
+
+    def _close(self, check):
         if self._h is not None:
             if self.worker._h is not None:
                 lib.tc_ifunc_deregister(self._h)
@@ -556,7 +609,7 @@ class Message(_Closable):
         target_args)."""
         return int(ffi.cast("uintptr_t", self._handle()))
 
-    def close(self):
+    def _close(self, check):
         if self._h is not None:
             if self.ifunc.worker._h is not None:
                 lib.tc_msg_free(self._h)

@@ -93,6 +93,15 @@ with tc.Worker() as w:
     e = expect(tc.Error, ep2.send, tsi)
     print("closed endpoint:", e)
 
+    # Closing flushes what was sent since the last wait: a connection's
+    # first sends wait for the peer's answer, and would be lost otherwise.
+    before = struct.unpack("<Q", ep.read_region(8))[0]
+    with tc.Worker() as w2:
+        ep4 = w2.connect(addr)
+        ep4.send(w2.register(tsi_path), count=3)
+    after = struct.unpack("<Q", ep.read_region(8))[0]
+    print("closing flushes:", after - before)
+
     # A Python target: a worker on a thread of its own, listening, with
     # target_args and a region of its own; this worker sends to it.
     region = np.zeros(2, dtype=np.uint64)
