@@ -472,7 +472,7 @@ typedef struct tc_archive_signature {
  *  tc_archive_info_free(). */
 typedef struct tc_archive_info {
     const char    *name;           /**< The ifunc's name. */
-    uint8_t        hash[32];       /**< The content hash: the code's identity. */
+    uint8_t        hash[32];       /**< The content hash (the identity). */
     unsigned       format_version; /**< The archive format version read. */
     const tc_archive_member_t *members;
     size_t         member_count;

@@ -13,7 +13,6 @@
 
 #include "tc/Archive.h"
 
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <atomic>
@@ -122,9 +121,9 @@ tc_status_t fail(tc_status_t S, const char *What) {
 /// the transport gave ("connection to HOST:PORT lost: ...").
 tc_status_t failClosed(const tc_ep *E, const char *Who) {
   return fail(TC_ERR_CONNECTION_RESET,
-              llvm::createStringError(
-                  "%s: connection closed%s%s", Who, E->Closed.empty() ? "" : ": ",
-                  E->Closed.c_str()));
+              llvm::createStringError("%s: connection closed%s%s", Who,
+                                      E->Closed.empty() ? "" : ": ",
+                                      E->Closed.c_str()));
 }
 
 tc_status_t fromWire(WireStatus S) {
