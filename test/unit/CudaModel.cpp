@@ -224,10 +224,17 @@ CUresult kGspin(const unsigned char *, uint64_t, uint64_t *R) {
       std::fputs("gspin running\n", F);
       std::fclose(F);
     }
-  // Waits for a word nothing writes; polls gently (a model, not a load).
-  while (__atomic_load_n(&R[2], __ATOMIC_RELAXED) == 0)
+  // Waits for a word nothing writes; polls gently (a model, not a load),
+  // under the model's lock, as the host's copies into device memory write
+  // under it.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> L(model().M);
+      if (R[2] != 0)
+        return Success;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return Success;
+  }
 }
 CUresult kNothing(const unsigned char *, uint64_t, uint64_t *) {
   return Success;
