@@ -1,5 +1,6 @@
 /* kv_dump: the owner sends the requesting rank a run of its entries, as
- * they lie in its arena, in one kv_result message (examples/kv/kv_msg.h);
+ * they lie in its arena, in one kv_result message (examples/kv/kv_msg.h,
+ * through the shard's answer function);
  * the requester asks again from the offset the answer names until an
  * answer says done. tc-kv's word count collects every shard this way. */
 #include <tc/ifunc.h>
@@ -39,14 +40,8 @@ void kv_dump_main(void *payload, size_t payload_size, void *target_args) {
                          next == t->used};
   kv_parts_t parts = {{&out, t->arena + req.offset, NULL},
                       {sizeof out, (size_t)(next - req.offset), 0}};
-  tc_msg_h m;
-  if (tc_msg_create(s->result, &parts, sizeof parts, &m) != TC_OK) {
+  if (!s->answer || s->answer(s->answer_ctx, req.from, &parts))
     ++s->unanswered;
-    return;
-  }
-  if (tc_msg_send(s->peers[req.from], m, NULL, NULL) != TC_INPROGRESS)
-    ++s->unanswered;
-  tc_msg_free(m);
 }
 
 size_t kv_dump_payload_bound(void *source_args, size_t source_args_size) {

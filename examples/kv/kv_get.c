@@ -1,13 +1,23 @@
 /* kv_get: a batch of keys for one owner, looked up where it arrives; the
  * owner answers the requesting rank with one kv_result message holding
  * every key's value and which were found (examples/kv/kv_msg.h), as the
- * DAPC chaser answers with dapc_result. It calls libtc on the owner
- * (tc_msg_create, tc_msg_send): the symbols resolve from that process. */
+ * DAPC chaser answers with dapc_result, through the answer function the
+ * owner's process put in its shard. */
 #include <tc/ifunc.h>
 
 #include "kv_msg.h"
 
 TC_IFUNC(kv_get)
+
+/* Answers rank hdr->from with the n answers (kv_msg.h: kv_answer_fn). */
+static void answer(kv_shard_t *s, const kv_get_hdr_t *hdr, uint64_t n,
+                   const uint64_t *values, const unsigned char *found) {
+  kv_result_hdr_t out = {KV_RESULT_GET, s->self, hdr->id, n, 0};
+  kv_parts_t parts = {{&out, values, found},
+                      {sizeof out, (size_t)n * 8, (size_t)(n + 7) / 8}};
+  if (!s->answer || s->answer(s->answer_ctx, hdr->from, &parts))
+    ++s->unanswered;
+}
 
 void kv_get_main(void *payload, size_t payload_size, void *target_args) {
   kv_shard_t *s = (kv_shard_t *)target_args;
@@ -24,7 +34,7 @@ void kv_get_main(void *payload, size_t payload_size, void *target_args) {
   int r;
   while ((r = kv_next_record(&p, end, &key, &len, NULL)) > 0)
     ++n;
-  if (r < 0 || hdr.from >= s->ranks) {
+  if (r < 0 || (s->ranks && hdr.from >= s->ranks)) {
     ++s->bad;
     return;
   }
@@ -49,21 +59,14 @@ void kv_get_main(void *payload, size_t payload_size, void *target_args) {
     const unsigned char *v = kv_table_find(&s->table, key, len,
                                            kv_hash(key, len));
     values[i] = v ? kv_value(v) : 0;
-    if (v)
+    if (v) {
       found[i / 8] |= (unsigned char)(1u << (i % 8));
+      ++s->hits;
+      s->hit_sum += values[i];
+    }
   }
   s->gets += n;
-  kv_result_hdr_t out = {KV_RESULT_GET, s->self, hdr.id, n, 0};
-  kv_parts_t parts = {{&out, values, found},
-                      {sizeof out, (size_t)n * 8, (size_t)(n + 7) / 8}};
-  tc_msg_h m;
-  if (tc_msg_create(s->result, &parts, sizeof parts, &m) != TC_OK) {
-    ++s->unanswered;
-  } else {
-    if (tc_msg_send(s->peers[hdr.from], m, NULL, NULL) != TC_INPROGRESS)
-      ++s->unanswered;
-    tc_msg_free(m);
-  }
+  answer(s, &hdr, n, values, found);
   if (n > 1)
     free(values);
   if (n > 8)

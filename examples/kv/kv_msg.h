@@ -25,7 +25,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <tc/tc.h>
 
 typedef struct kv_get_hdr {
   uint32_t from;  /* the requesting rank: where the answers go */
@@ -49,18 +48,37 @@ typedef struct kv_result_hdr {
   uint64_t done; /* ENTRIES: 1 when these are the shard's last */
 } kv_result_hdr_t;
 
+/* kv_result's source args: the answer in up to three parts, gathered into
+ * the payload by kv_result_payload_init (in the answering process). */
+typedef struct kv_parts {
+  const void *part[3];
+  size_t len[3];
+} kv_parts_t;
+
+/* How an owner answers: sends rank `to` a kv_result message made of
+ * `parts`; returns 0 once it is sent. The owner's process provides it (in
+ * tc-kv: tc_msg_create and tc_msg_send on its endpoint to that rank), so
+ * the ifuncs themselves call nothing but libc and run on any target. */
+typedef int (*kv_answer_fn)(void *ctx, uint32_t to, const kv_parts_t *parts);
+
 /* A rank's shard: target_args of kv_upsert, kv_get and kv_dump. */
 typedef struct kv_shard {
   kv_table_t table;
   uint32_t self, ranks;
-  tc_ep_h *peers;      /* by rank: where answers go */
-  tc_ifunc_h result;   /* kv_result, registered by this rank */
+  kv_answer_fn answer; /* NULL: nobody to answer */
+  void *answer_ctx;
   uint64_t upserts;    /* records applied */
   uint64_t gets;       /* keys looked up */
   uint64_t bad;        /* malformed messages dropped */
   uint64_t misrouted;  /* records for a key this rank does not own */
   uint64_t unanswered; /* answers that could not be sent */
+  uint64_t hits;       /* keys looked up and found */
+  uint64_t hit_sum;    /* their values, summed (mod 2^64) */
 } kv_shard_t;
+
+/* A zeroed shard (ranks 0, no answer function) is a lone table that owns
+ * every key: a plain target's memory, such as tc-serve's region, is one.
+ * Its gets are looked up and counted, but answer nobody (`unanswered`). */
 
 /* The requester: kv_result's target_args. */
 typedef struct kv_client {
@@ -82,11 +100,5 @@ typedef struct kv_client {
   uint32_t error;        /* KV_ERR_NOMEM: entries could not be kept */
 } kv_client_t;
 
-/* kv_result's source args: the answer in up to three parts, gathered into
- * the payload by kv_result_payload_init (in the answering process). */
-typedef struct kv_parts {
-  const void *part[3];
-  size_t len[3];
-} kv_parts_t;
 
 #endif /* TC_EXAMPLES_KV_MSG_H */

@@ -185,6 +185,23 @@ static void batch_send(tc_worker_h w, tc_ifunc_h f, tc_ep_h ep, batch_t *b,
   tc_worker_progress(w); /* Let the messages that came meanwhile run. */
 }
 
+/* How this rank's kv_get and kv_dump answer (kv_msg.h: kv_answer_fn): a
+ * kv_result message to the requesting rank. */
+typedef struct answerer {
+  tc_ep_h *peers;
+  tc_ifunc_h result;
+} answerer_t;
+static int send_answer(void *ctx, uint32_t to, const kv_parts_t *parts) {
+  answerer_t *a = (answerer_t *)ctx;
+  tc_msg_h m;
+  if (to >= job_size ||
+      tc_msg_create(a->result, parts, sizeof *parts, &m) != TC_OK)
+    return -1;
+  int rc = tc_msg_send(a->peers[to], m, NULL, NULL) == TC_INPROGRESS ? 0 : -1;
+  tc_msg_free(m);
+  return rc;
+}
+
 /*--- Reports to rank 0 -----------------------------------------------------*/
 
 typedef struct kv_report {
@@ -330,10 +347,11 @@ int main(int argc, char **argv) {
       tc_ifunc_register(w, "kv_result", &result) != TC_OK)
     die("cannot load kv_upsert, kv_get, kv_dump and kv_result from '%s'",
         ifunc_path);
+  answerer_t answerer = {peers, result};
   shard.self = self_rank;
   shard.ranks = job_size;
-  shard.peers = peers;
-  shard.result = result;
+  shard.answer = send_answer;
+  shard.answer_ctx = &answerer;
   kv_client_t client;
   memset(&client, 0, sizeof client);
   tc_worker_set_target_args(w, "kv_result", &client);
