@@ -462,17 +462,21 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
   if (!J->CI) // -###
     return nullptr;
   std::shared_ptr<clang::CompilerInvocation> CI = J->CI;
-  if (GPU) {
-    // The host this tc-cc runs on provides the headers, with the sysroot
-    // that applies to every target.
-    CompileTarget HostT{Triple::normalize(sys::getProcessTriple()), "",
-                        O.DefaultSysroot};
-    // Its driver warnings would repeat the GPU job's.
+  // The host this tc-cc runs on, with the sysroot that applies to every
+  // target: its job's header search gives a GPU compile its headers, and
+  // finds a header another member's compile lacked. Its driver warnings
+  // would repeat this job's.
+  CompileTarget HostT{Triple::normalize(sys::getProcessTriple()), "",
+                      O.DefaultSysroot};
+  auto HostJob = [&]() {
     clang::DiagnosticsEngine HostDiags(Diags.getDiagnosticIDs(), DiagOpts,
                                        Printer, /*ShouldOwnClient=*/false);
     HostDiags.setIgnoreAllWarnings(true);
-    Expected<Job> H = makeJob(S, HostT, Input, HostDiags, /*Print=*/false,
-                              /*ForHeaders=*/true);
+    return makeJob(S, HostT, Input, HostDiags, /*Print=*/false,
+                   /*ForHeaders=*/true);
+  };
+  if (GPU) {
+    Expected<Job> H = HostJob();
     if (!H)
       return H.takeError();
     if (Error E = checkLibraryHeaders(*H->CI, HostT))
@@ -525,13 +529,7 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
     Triple TT(T.Triple);
     if (GPU || TT.getArch() == Triple(sys::getProcessTriple()).getArch())
       return missingHeader(T, Noter->Missing, nullptr);
-    CompileTarget HostT{Triple::normalize(sys::getProcessTriple()), "",
-                        O.DefaultSysroot};
-    clang::DiagnosticsEngine HostDiags(Diags.getDiagnosticIDs(), DiagOpts,
-                                       Printer, /*ShouldOwnClient=*/false);
-    HostDiags.setIgnoreAllWarnings(true);
-    Expected<Job> H = makeJob(S, HostT, Input, HostDiags, /*Print=*/false,
-                              /*ForHeaders=*/true);
+    Expected<Job> H = HostJob();
     if (!H) {
       consumeError(H.takeError());
       return missingHeader(T, Noter->Missing, nullptr);

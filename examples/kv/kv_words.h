@@ -161,6 +161,30 @@ static inline int kv_read_slice(char *const *files, int nfiles, uint32_t rank,
   return rc;
 }
 
+/* Walks a rank's words `repeat` times over: kv_iter_next gives the next
+ * word until there is none. */
+typedef struct kv_iter {
+  const kv_words_t *w;
+  const unsigned char *p;
+  uint64_t left; /* passes left, this one included */
+} kv_iter_t;
+
+static inline kv_iter_t kv_words_iter(const kv_words_t *w, uint64_t repeat) {
+  kv_iter_t it = {w, w->rec, repeat};
+  return it;
+}
+
+static inline int kv_iter_next(kv_iter_t *it, const unsigned char **key,
+                               uint64_t *len) {
+  while (it->left) {
+    if (kv_next_record(&it->p, it->w->rec + it->w->len, key, len, NULL) > 0)
+      return 1;
+    it->p = it->w->rec;
+    --it->left;
+  }
+  return 0;
+}
+
 /*--- Output ---------------------------------------------------------------*/
 
 typedef struct kv_count {
@@ -214,6 +238,123 @@ static inline int kv_counts_print(kv_count_t *c, uint64_t n, FILE *f) {
     fputc('\n', f);
   }
   return fflush(f) == 0 && !ferror(f) ? 0 : -1;
+}
+
+/*--- --bench: what tc-kv and tc-mpi-kv measure and check ----------------*/
+
+/* The keys rank 0 gets one at a time for the latency: up to KV_LAT_KEYS
+ * distinct words of its slice that other ranks own, and the value each
+ * get answered. */
+#define KV_LAT_KEYS 64
+typedef struct kv_lat {
+  const unsigned char *key[KV_LAT_KEYS];
+  uint64_t len[KV_LAT_KEYS], value[KV_LAT_KEYS], n;
+} kv_lat_t;
+
+static inline void kv_lat_pick(kv_lat_t *l, const kv_words_t *w,
+                               uint32_t ranks) {
+  kv_iter_t it = kv_words_iter(w, 1);
+  const unsigned char *key;
+  uint64_t len;
+  l->n = 0;
+  while (l->n < KV_LAT_KEYS && kv_iter_next(&it, &key, &len)) {
+    if (kv_owner(kv_hash(key, len), ranks) == 0)
+      continue;
+    int seen = 0;
+    for (uint64_t k = 0; k < l->n && !seen; ++k)
+      seen = l->len[k] == len && !memcmp(l->key[k], key, (size_t)len);
+    if (!seen)
+      l->key[l->n] = key, l->len[l->n++] = len;
+  }
+}
+
+static inline int kv_by_value(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median of v[0 .. n) (sorted in place). */
+static inline double kv_median(double *v, uint64_t n) {
+  qsort(v, (size_t)n, sizeof *v, kv_by_value);
+  return n ? v[n / 2] : 0;
+}
+
+/* Rank 0's first check once it holds every count (`c`, n of them): they
+ * add up to the `words` of every slice `repeat` times over. -1 and a
+ * message in err when they do not. */
+static inline int kv_counts_check(const kv_count_t *c, uint64_t n,
+                                  uint64_t words, uint64_t repeat, char *err,
+                                  size_t errlen) {
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < n; ++i)
+    total += c[i].count;
+  if (total != words * repeat)
+    return kv_fail(err, errlen,
+                   "the counts add up to %llu, %llu words were upserted",
+                   (unsigned long long)total,
+                   (unsigned long long)(words * repeat));
+  return 0;
+}
+
+/* --bench's checks of the gets: the get rate's answers (every word looked
+ * up `repeat` times) are `words * repeat` keys, all found, summing to
+ * sum(count^2) / repeat over the table, times repeat; each latency get
+ * answered its key's count. */
+static inline int kv_answers_check(const kv_count_t *c, uint64_t n,
+                                   uint64_t words, uint64_t repeat,
+                                   uint64_t keys, uint64_t hits, uint64_t sum,
+                                   const kv_lat_t *lat, char *err,
+                                   size_t errlen) {
+  uint64_t sq = 0;
+  for (uint64_t i = 0; i < n; ++i)
+    sq += c[i].count * (c[i].count / repeat);
+  if (keys != words * repeat || hits != keys || sum != sq * repeat)
+    return kv_fail(err, errlen,
+                   "the get rate's answers are wrong: %llu keys, %llu found, "
+                   "sum %llu (expected %llu, %llu, %llu)",
+                   (unsigned long long)keys, (unsigned long long)hits,
+                   (unsigned long long)sum,
+                   (unsigned long long)(words * repeat),
+                   (unsigned long long)(words * repeat),
+                   (unsigned long long)(sq * repeat));
+  for (uint64_t k = 0; k < lat->n; ++k) {
+    uint64_t want = 0;
+    for (uint64_t i = 0; i < n; ++i)
+      if (c[i].len == lat->len[k] &&
+          !memcmp(c[i].key, lat->key[k], (size_t)lat->len[k]))
+        want = c[i].count;
+    if (lat->value[k] != want)
+      return kv_fail(err, errlen,
+                     "a get of '%.*s' answered %llu, its count is %llu",
+                     (int)lat->len[k], (const char *)lat->key[k],
+                     (unsigned long long)lat->value[k],
+                     (unsigned long long)want);
+  }
+  return 0;
+}
+
+/* What --bench prints, as `row MODE METRIC VALUE UNIT` lines. */
+typedef struct kv_figures {
+  uint64_t words, repeat, distinct;
+  double upsert_s, get_s;
+  double latency_us; /* < 0: not measured */
+  double table_ratio; /* the largest over the ranks */
+  uint64_t table_bytes; /* the largest over the ranks */
+} kv_figures_t;
+
+static inline void kv_bench_rows(const char *mode, const kv_figures_t *f) {
+  double n = (double)(f->words * f->repeat);
+  printf("row %s upsert_rate %.6g upserts/s\n", mode, n / f->upsert_s);
+  if (f->latency_us >= 0)
+    printf("row %s get_latency_us %.6g us\n", mode, f->latency_us);
+  printf("row %s get_rate %.6g gets/s\n", mode, n / f->get_s);
+  printf("row %s table_ratio %.6g ratio\n", mode, f->table_ratio);
+  printf("row %s table_bytes %llu bytes\n", mode,
+         (unsigned long long)f->table_bytes);
+  printf("row %s words %llu words\n", mode,
+         (unsigned long long)(f->words * f->repeat));
+  printf("row %s distinct %llu words\n", mode,
+         (unsigned long long)f->distinct);
 }
 
 #endif /* TC_EXAMPLES_KV_WORDS_H */

@@ -135,11 +135,6 @@ static void flush_all(tc_worker_h w, tc_ep_h *peers) {
     die("a flush failed: %s", tc_status_string(flush_status));
 }
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /*--- Batches to owners -----------------------------------------------------*/
 
 typedef struct batch {
@@ -305,24 +300,11 @@ int main(int argc, char **argv) {
     ifunc_path = job_tool_ifunc_path(path_buf);
 
   /* 1. Wire-up: the worker publishes its address and fences with all. */
-  tc_context_params_t cp = {.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH,
-                            .ifunc_path = ifunc_path};
   tc_context_h ctx;
-  if (tc_context_create(&cp, &ctx) != TC_OK)
-    die("cannot create a tc context");
   kv_shard_t shard;
   memset(&shard, 0, sizeof shard);
-  tc_worker_params_t wp = {.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
-                                         TC_WORKER_PARAM_FIELD_BOOTSTRAP,
-                           .target_args = &shard,
-                           .bootstrap = TC_BOOTSTRAP_PMIX};
-  tc_worker_h w;
-  tc_status_t st = tc_worker_create(ctx, &wp, &w);
-  if (st != TC_OK)
-    die("cannot create a PMIx-bootstrapped worker (started by mpirun or "
-        "srun --mpi=pmix?): %s",
-        tc_status_string(st));
-  tc_worker_query_rank(w, &self_rank, &job_size);
+  tc_worker_h w = job_tool_worker(ifunc_path, &shard, &ctx, NULL);
+  tc_status_t st;
 
   /* 2. This rank's words. */
   kv_words_t words;
@@ -387,21 +369,20 @@ int main(int argc, char **argv) {
   /* 4. The upserts: every word to its owner, batched. */
   uint64_t local = 0;
   double t0 = now_ms();
-  for (uint64_t rep = 0; rep < repeat; ++rep) {
-    const unsigned char *p = words.rec, *end = words.rec + words.len, *key;
-    uint64_t len;
-    while (kv_next_record(&p, end, &key, &len, NULL) > 0) {
-      uint64_t h = kv_hash(key, len);
-      uint32_t o = kv_owner(h, job_size);
-      if (o == self_rank) {
-        if (kv_table_add(&shard.table, key, len, h, 1) == 0)
-          ++local;
-        continue;
-      }
-      batch_append(&out[o], key, len, 1);
-      if (out[o].len >= batch_bytes)
-        batch_send(w, upsert, peers[o], &out[o], o);
+  kv_iter_t it = kv_words_iter(&words, repeat);
+  const unsigned char *key;
+  uint64_t len;
+  while (kv_iter_next(&it, &key, &len)) {
+    uint64_t h = kv_hash(key, len);
+    uint32_t o = kv_owner(h, job_size);
+    if (o == self_rank) {
+      if (kv_table_add(&shard.table, key, len, h, 1) == 0)
+        ++local;
+      continue;
     }
+    batch_append(&out[o], key, len, 1);
+    if (out[o].len >= batch_bytes)
+      batch_send(w, upsert, peers[o], &out[o], o);
   }
   for (uint32_t r = 0; r < job_size; ++r)
     if (out[r].len)
@@ -421,25 +402,13 @@ int main(int argc, char **argv) {
             (unsigned long long)shard.table.count, t_upsert);
 
   /* 5. --bench: get latency (rank 0) and get rate (every rank). */
-  enum { LAT_KEYS = 64 };
-  const unsigned char *lat_key[LAT_KEYS];
-  uint64_t lat_len[LAT_KEYS], lat_value[LAT_KEYS], nlat = 0;
-  double p50 = 0, t_gets = 0;
+  kv_lat_t lat = {{0}, {0}, {0}, 0};
+  double p50 = -1, t_gets = 0;
   uint64_t local_get_keys = 0, local_get_hits = 0, local_get_sum = 0;
   if (bench) {
-    if (self_rank == 0 && job_size > 1) {
-      /* Keys of rank 0's slice that other ranks own, a few distinct. */
-      const unsigned char *p = words.rec, *end = words.rec + words.len, *key;
-      uint64_t len;
-      while (nlat < LAT_KEYS && kv_next_record(&p, end, &key, &len, NULL) > 0) {
-        if (kv_owner(kv_hash(key, len), job_size) == 0)
-          continue;
-        int seen = 0;
-        for (uint64_t k = 0; k < nlat && !seen; ++k)
-          seen = lat_len[k] == len && !memcmp(lat_key[k], key, len);
-        if (!seen)
-          lat_key[nlat] = key, lat_len[nlat++] = len;
-      }
+    if (self_rank == 0 && job_size > 1)
+      kv_lat_pick(&lat, &words, job_size);
+    if (lat.n) {
       double *rt = malloc(gets * sizeof *rt);
       batch_t one = {0};
       uint64_t answer = 0;
@@ -449,15 +418,15 @@ int main(int argc, char **argv) {
       client.values = &answer;
       client.found = &found;
       client.slots = 1;
-      for (uint64_t i = 0; nlat && i < gets + nlat; ++i) {
-        uint64_t k = i % nlat;
-        uint32_t o = kv_owner(kv_hash(lat_key[k], lat_len[k]), job_size);
+      for (uint64_t i = 0; i < gets + lat.n; ++i) {
+        uint64_t k = i % lat.n;
+        uint32_t o = kv_owner(kv_hash(lat.key[k], lat.len[k]), job_size);
         kv_get_hdr_t hdr = {0, 0, 0};
         one.len = 0;
         batch_reserve(&one, sizeof hdr);
         memcpy(one.buf, &hdr, sizeof hdr);
         one.len = sizeof hdr;
-        batch_append(&one, lat_key[k], lat_len[k], 0);
+        batch_append(&one, lat.key[k], lat.len[k], 0);
         reach_t r = {&client.answers, client.answers + 1};
         found = 0;
         double s = now_ms();
@@ -468,17 +437,14 @@ int main(int argc, char **argv) {
         tc_msg_free(m);
         wait_for(w, reached, &r, 1, "a get's answer");
         double e = now_ms();
-        if (i >= nlat) /* The first round of keys is the warm-up. */
-          rt[i - nlat] = e - s;
+        if (i >= lat.n) /* The first round of keys is the warm-up. */
+          rt[i - lat.n] = e - s;
         if (!found)
-          die("a get of '%.*s' found nothing at rank %u", (int)lat_len[k],
-              (const char *)lat_key[k], o);
-        lat_value[k] = answer;
+          die("a get of '%.*s' found nothing at rank %u", (int)lat.len[k],
+              (const char *)lat.key[k], o);
+        lat.value[k] = answer;
       }
-      if (nlat) {
-        qsort(rt, gets, sizeof *rt, by_value);
-        p50 = rt[gets / 2] * 1e3;
-      }
+      p50 = kv_median(rt, gets) * 1e3;
       free(rt);
       free(one.buf);
       memset(&client, 0, sizeof client);
@@ -497,23 +463,20 @@ int main(int argc, char **argv) {
     barrier(w, "the barrier before the get rate");
     uint64_t sent = 0;
     t0 = now_ms();
-    for (uint64_t rep = 0; rep < repeat; ++rep) {
-      const unsigned char *p = words.rec, *end = words.rec + words.len, *key;
-      uint64_t len;
-      while (kv_next_record(&p, end, &key, &len, NULL) > 0) {
-        uint64_t h = kv_hash(key, len);
-        uint32_t o = kv_owner(h, job_size);
-        if (o == self_rank) {
-          const unsigned char *v = kv_table_find(&shard.table, key, len, h);
-          ++local_get_keys;
-          if (v)
-            ++local_get_hits, local_get_sum += kv_value(v);
-          continue;
-        }
-        batch_append(&out[o], key, len, 0);
-        if (out[o].len >= batch_bytes)
-          sent += out[o].keys, batch_send(w, get, peers[o], &out[o], o);
+    it = kv_words_iter(&words, repeat);
+    while (kv_iter_next(&it, &key, &len)) {
+      uint64_t h = kv_hash(key, len);
+      uint32_t o = kv_owner(h, job_size);
+      if (o == self_rank) {
+        const unsigned char *v = kv_table_find(&shard.table, key, len, h);
+        ++local_get_keys;
+        if (v)
+          ++local_get_hits, local_get_sum += kv_value(v);
+        continue;
       }
+      batch_append(&out[o], key, len, 0);
+      if (out[o].len >= batch_bytes)
+        sent += out[o].keys, batch_send(w, get, peers[o], &out[o], o);
     }
     for (uint32_t r = 0; r < job_size; ++r)
       if (out[r].keys)
@@ -597,52 +560,21 @@ int main(int argc, char **argv) {
         kv_counts_add(shard.table.arena, shard.table.used, &counts, &n,
                       &cap))
         die("the collected entries are malformed (or out of memory)");
-    uint64_t sum = 0, sq = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      sum += counts[i].count;
-      sq += counts[i].count * (counts[i].count / repeat);
-    }
-    if (n != entries || sum != total_words * repeat)
-      die("collected %llu entries counting %llu words; the shards hold %llu "
-          "entries and %llu words were upserted",
-          (unsigned long long)n, (unsigned long long)sum,
-          (unsigned long long)entries,
-          (unsigned long long)(total_words * repeat));
+    if (n != entries)
+      die("collected %llu entries; the shards hold %llu",
+          (unsigned long long)n, (unsigned long long)entries);
+    uint64_t keys = 0, hits = 0, gsum = 0;
+    for (uint32_t r = 0; r < job_size; ++r)
+      keys += all.r[r].get_keys, hits += all.r[r].get_hits,
+          gsum += all.r[r].get_sum;
+    if (kv_counts_check(counts, n, total_words, repeat, err, sizeof err) ||
+        (bench && kv_answers_check(counts, n, total_words, repeat, keys, hits,
+                                   gsum, &lat, err, sizeof err)))
+      die("%s", err);
     if (bench) {
-      uint64_t keys = 0, hits = 0, gsum = 0;
-      for (uint32_t r = 0; r < job_size; ++r)
-        keys += all.r[r].get_keys, hits += all.r[r].get_hits,
-            gsum += all.r[r].get_sum;
-      if (keys != total_words * repeat || hits != keys || gsum != sq * repeat)
-        die("the get rate's answers are wrong: %llu keys, %llu found, sum "
-            "%llu (expected %llu, %llu, %llu)",
-            (unsigned long long)keys, (unsigned long long)hits,
-            (unsigned long long)gsum,
-            (unsigned long long)(total_words * repeat),
-            (unsigned long long)(total_words * repeat),
-            (unsigned long long)(sq * repeat));
-      for (uint64_t k = 0; k < nlat; ++k) {
-        uint64_t want = 0;
-        for (uint64_t i = 0; i < n; ++i)
-          if (counts[i].len == lat_len[k] &&
-              !memcmp(counts[i].key, lat_key[k], lat_len[k]))
-            want = counts[i].count;
-        if (lat_value[k] != want)
-          die("a get of '%.*s' answered %llu, its count is %llu",
-              (int)lat_len[k], (const char *)lat_key[k],
-              (unsigned long long)lat_value[k], (unsigned long long)want);
-      }
-      printf("row tc upsert_rate %.6g upserts/s\n",
-             (double)(total_words * repeat) / (t_upsert / 1e3));
-      if (nlat)
-        printf("row tc get_latency_us %.6g us\n", p50);
-      printf("row tc get_rate %.6g gets/s\n",
-             (double)(total_words * repeat) / (t_gets / 1e3));
-      printf("row tc table_ratio %.6g ratio\n", max_ratio);
-      printf("row tc table_bytes %llu bytes\n", (unsigned long long)max_bytes);
-      printf("row tc words %llu words\n",
-             (unsigned long long)(total_words * repeat));
-      printf("row tc distinct %llu words\n", (unsigned long long)n);
+      kv_figures_t f = {total_words, repeat, n, t_upsert / 1e3, t_gets / 1e3,
+                        p50, max_ratio, max_bytes};
+      kv_bench_rows("tc", &f);
       printf("tc-kv: kv over %u ranks on ", job_size);
       for (uint32_t r = 0; r < job_size; ++r)
         printf("%s%s", r ? "," : "", all.r[r].host);

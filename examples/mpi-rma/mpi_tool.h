@@ -42,6 +42,14 @@ static void die(const char *fmt, ...) {
   exit(1);
 }
 
+/* MPI_Init, this rank, the job's size; MPI calls return codes. */
+static void mpi_tool_init(int *argc, char ***argv) {
+  MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
 /* MPI calls return codes (MPI_ERRORS_RETURN): one line naming the call. */
 static void check(int rc, const char *what) {
   if (rc == MPI_SUCCESS)

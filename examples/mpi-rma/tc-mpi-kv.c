@@ -347,23 +347,22 @@ static void rma_all(window_t *w, const kv_words_t *words, uint64_t repeat,
   op_t *ops = calloc((size_t)wave, sizeof *ops);
   if (!ops)
     die("out of memory");
-  for (uint64_t rep = 0; rep < repeat; ++rep) {
-    const unsigned char *p = words->rec, *end = words->rec + words->len, *key;
-    uint64_t len;
-    int n = 0, more = 1;
-    while (more) {
-      more = kv_next_record(&p, end, &key, &len, NULL) > 0;
-      if (more)
-        op_start(&ops[n++], w, key, len);
-      if (n == wave || (!more && n)) {
-        run_wave(w, ops, n, upsert);
-        for (int i = 0; i < n; ++i) {
-          ++*keys;
-          if (ops[i].found)
-            ++*hits, *sum += ops[i].result;
-        }
-        n = 0;
+  kv_iter_t it = kv_words_iter(words, repeat);
+  const unsigned char *key;
+  uint64_t len;
+  int n = 0, more = 1;
+  while (more) {
+    more = kv_iter_next(&it, &key, &len);
+    if (more)
+      op_start(&ops[n++], w, key, len);
+    if (n == wave || (!more && n)) {
+      run_wave(w, ops, n, upsert);
+      for (int i = 0; i < n; ++i) {
+        ++*keys;
+        if (ops[i].found)
+          ++*hits, *sum += ops[i].result;
       }
+      n = 0;
     }
   }
   for (int i = 0; i < wave; ++i)
@@ -458,16 +457,14 @@ static unsigned char *shuffle(const kv_words_t *words, uint32_t *owners,
     die("out of memory for %llu bytes of words", (unsigned long long)total);
   for (int r = 0; r < nranks; ++r)
     at[r] = (uint64_t)sd[r];
-  for (uint64_t rep = 0; rep < repeat; ++rep) {
-    p = words->rec;
-    i = 0;
-    const unsigned char *rec = p;
-    while (kv_next_record(&p, end, &key, &len, NULL) > 0) {
-      uint32_t o = owners[i++];
-      memcpy(send + at[o], rec, (size_t)(p - rec));
-      at[o] += (uint64_t)(p - rec);
-      rec = p;
-    }
+  kv_iter_t it = kv_words_iter(words, repeat);
+  for (i = 0; kv_iter_next(&it, &key, &len); ++i) {
+    /* The record, [n][key], ends at the key's end. */
+    uint32_t o = owners[i % words->count];
+    unsigned char hdr[10];
+    unsigned h = kv_put_varint(hdr, len);
+    memcpy(send + at[o], key - h, (size_t)(h + len));
+    at[o] += h + len;
   }
   check(MPI_Alltoall(sc, 1, MPI_INT, rc, 1, MPI_INT, MPI_COMM_WORLD),
         "MPI_Alltoall");
@@ -559,11 +556,6 @@ static void alltoall_gets(const kv_words_t *words, uint32_t *owners,
   free(bd);
 }
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /*--- main ------------------------------------------------------------------*/
 
 static const char usage[] =
@@ -585,10 +577,7 @@ int main(int argc, char **argv) {
       fputs(usage, stdout);
       return 0;
     }
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi_tool_init(&argc, &argv);
   const char *mode = NULL, *output = NULL;
   uint64_t repeat = 1, gets = 1000, wave = 256;
   int bench = 0, nfiles = 0;
@@ -722,48 +711,34 @@ int main(int argc, char **argv) {
     check(MPI_Win_sync(w.win), "MPI_Win_sync");
 
   /* --bench: get latency (rma, rank 0) and get rate. */
-  enum { LAT_KEYS = 64 };
-  const unsigned char *lat_key[LAT_KEYS];
-  uint64_t lat_len[LAT_KEYS], lat_value[LAT_KEYS], nlat = 0;
-  double p50 = 0, t_gets = 0;
+  kv_lat_t lat = {{0}, {0}, {0}, 0};
+  double p50 = -1, t_gets = 0;
   uint64_t gkeys = 0, ghits = 0, gsum = 0;
   stats_t upsert_stats = st;
   if (bench) {
-    if (rma && rank == 0 && nranks > 1) {
-      const unsigned char *p = words.rec, *end = words.rec + words.len, *key;
-      uint64_t len;
-      while (nlat < LAT_KEYS && kv_next_record(&p, end, &key, &len, NULL) > 0) {
-        if (kv_owner(kv_hash(key, len), (uint32_t)nranks) == 0)
-          continue;
-        int seen = 0;
-        for (uint64_t k = 0; k < nlat && !seen; ++k)
-          seen = lat_len[k] == len && !memcmp(lat_key[k], key, len);
-        if (!seen)
-          lat_key[nlat] = key, lat_len[nlat++] = len;
-      }
+    if (rma && rank == 0 && nranks > 1)
+      kv_lat_pick(&lat, &words, (uint32_t)nranks);
+    if (lat.n) {
       double *rt = malloc(gets * sizeof *rt);
       if (!rt)
         die("out of memory");
       op_t o;
       memset(&o, 0, sizeof o);
-      for (uint64_t i = 0; nlat && i < gets + nlat; ++i) {
-        uint64_t k = i % nlat;
+      for (uint64_t i = 0; i < gets + lat.n; ++i) {
+        uint64_t k = i % lat.n;
         double s = MPI_Wtime();
-        op_start(&o, &w, lat_key[k], lat_len[k]);
+        op_start(&o, &w, lat.key[k], lat.len[k]);
         run_wave(&w, &o, 1, 0);
         double e = MPI_Wtime();
-        if (i >= nlat)
-          rt[i - nlat] = e - s;
+        if (i >= lat.n)
+          rt[i - lat.n] = e - s;
         if (!o.found)
-          die("a get of '%.*s' found nothing at rank %u", (int)lat_len[k],
-              (const char *)lat_key[k], o.owner);
-        lat_value[k] = o.result;
+          die("a get of '%.*s' found nothing at rank %u", (int)lat.len[k],
+              (const char *)lat.key[k], o.owner);
+        lat.value[k] = o.result;
       }
       free(o.scratch);
-      if (nlat) {
-        qsort(rt, gets, sizeof *rt, by_value);
-        p50 = rt[gets / 2] * 1e6;
-      }
+      p50 = kv_median(rt, gets) * 1e6;
       free(rt);
     }
     check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
@@ -819,19 +794,14 @@ int main(int argc, char **argv) {
   char *hosts = host_names();
   if (rank == 0) {
     kv_count_t *c = NULL;
-    uint64_t n = 0, cap = 0, total = 0, sum_counts = 0, sq = 0;
+    uint64_t n = 0, cap = 0, total = 0;
+    char err[512];
     for (int r = 0; r < nranks; ++r)
       total += ranks[r * R];
     if (kv_counts_add(gathered, total, &c, &n, &cap))
       die("the gathered entries are malformed (or out of memory)");
-    for (uint64_t i = 0; i < n; ++i) {
-      sum_counts += c[i].count;
-      sq += c[i].count * (c[i].count / repeat);
-    }
-    if (sum_counts != total_words * repeat)
-      die("the counts add up to %llu, %llu words were upserted",
-          (unsigned long long)sum_counts,
-          (unsigned long long)(total_words * repeat));
+    if (kv_counts_check(c, n, total_words, repeat, err, sizeof err))
+      die("%s", err);
     if (bench) {
       uint64_t k = 0, hh = 0, s = 0, max_bytes = 0;
       double max_ratio = 0;
@@ -843,36 +813,12 @@ int main(int argc, char **argv) {
             (double)ranks[r * R + 1] / (double)ranks[r * R + 2] > max_ratio)
           max_ratio = (double)ranks[r * R + 1] / (double)ranks[r * R + 2];
       }
-      if (k != total_words * repeat || hh != k || s != sq * repeat)
-        die("the get rate's answers are wrong: %llu keys, %llu found, sum "
-            "%llu (expected %llu, %llu, %llu)",
-            (unsigned long long)k, (unsigned long long)hh,
-            (unsigned long long)s, (unsigned long long)(total_words * repeat),
-            (unsigned long long)(total_words * repeat),
-            (unsigned long long)(sq * repeat));
-      for (uint64_t j = 0; j < nlat; ++j) {
-        uint64_t want = 0;
-        for (uint64_t i = 0; i < n; ++i)
-          if (c[i].len == lat_len[j] &&
-              !memcmp(c[i].key, lat_key[j], lat_len[j]))
-            want = c[i].count;
-        if (lat_value[j] != want)
-          die("a get of '%.*s' answered %llu, its count is %llu",
-              (int)lat_len[j], (const char *)lat_key[j],
-              (unsigned long long)lat_value[j], (unsigned long long)want);
-      }
-      printf("row %s upsert_rate %.6g upserts/s\n", row_mode,
-             (double)(total_words * repeat) / t_upsert);
-      if (nlat)
-        printf("row %s get_latency_us %.6g us\n", row_mode, p50);
-      printf("row %s get_rate %.6g gets/s\n", row_mode,
-             (double)(total_words * repeat) / t_gets);
-      printf("row %s table_ratio %.6g ratio\n", row_mode, max_ratio);
-      printf("row %s table_bytes %llu bytes\n", row_mode,
-             (unsigned long long)max_bytes);
-      printf("row %s words %llu words\n", row_mode,
-             (unsigned long long)(total_words * repeat));
-      printf("row %s distinct %llu words\n", row_mode, (unsigned long long)n);
+      if (kv_answers_check(c, n, total_words, repeat, k, hh, s, &lat, err,
+                           sizeof err))
+        die("%s", err);
+      kv_figures_t f = {total_words, repeat, n, t_upsert, t_gets, p50,
+                        max_ratio, max_bytes};
+      kv_bench_rows(row_mode, &f);
       uint64_t ops = 0;
       for (int r = 0; r < nranks; ++r)
         ops += ranks[r * R + 6];

@@ -498,10 +498,7 @@ int main(int argc, char **argv) {
     fputs(usage, stdout);
     return 0;
   }
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi_tool_init(&argc, &argv);
   if (getenv("TC_MPI_RMA_FAULT"))
     fault = getenv("TC_MPI_RMA_FAULT");
   if (argc < 2)
