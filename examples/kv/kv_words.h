@@ -240,6 +240,23 @@ static inline int kv_counts_print(kv_count_t *c, uint64_t n, FILE *f) {
   return fflush(f) == 0 && !ferror(f) ? 0 : -1;
 }
 
+/* Sorts the counts and prints them to `path` (NULL: stdout); -1 and a
+ * message in err when that fails. */
+static inline int kv_counts_write(kv_count_t *c, uint64_t n, const char *path,
+                                  char *err, size_t errlen) {
+  FILE *f = path ? fopen(path, "w") : stdout;
+  if (!f)
+    return kv_fail(err, errlen, "cannot write '%s': %s", path,
+                   strerror(errno));
+  int bad = kv_counts_print(c, n, f);
+  if (path && fclose(f))
+    bad = -1;
+  if (bad)
+    return kv_fail(err, errlen, "cannot write the counts to '%s'",
+                   path ? path : "stdout");
+  return 0;
+}
+
 /*--- --bench: what tc-kv and tc-mpi-kv measure and check ----------------*/
 
 /* The keys rank 0 gets one at a time for the latency: up to KV_LAT_KEYS

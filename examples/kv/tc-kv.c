@@ -581,11 +581,8 @@ int main(int argc, char **argv) {
       printf(": ok\n");
       fflush(stdout);
     } else {
-      FILE *f = output ? fopen(output, "w") : stdout;
-      if (!f)
-        die("cannot write '%s': %s", output, strerror(errno));
-      if (kv_counts_print(counts, n, f) || (output && fclose(f)))
-        die("cannot write the counts to '%s'", output ? output : "stdout");
+      if (kv_counts_write(counts, n, output, err, sizeof err))
+        die("%s", err);
     }
     free(counts);
   }
