@@ -79,7 +79,11 @@ done
 
 bin=$(cd "$build" 2>/dev/null && pwd)/bin
 case $mode in
-  tc) prog_args=("$bin/tc-kv") ;;
+  tc)
+    prog_args=("$bin/tc-kv")
+    # More ranks than CPUs (namespace hosts share this machine's): ranks
+    # sleep in barriers rather than poll.
+    ((ranks > $(nproc))) && prog_args+=(--idle wait) ;;
   mpi) prog_args=("$bin/tc-mpi-kv" --mode rma) ;;
   alltoall) prog_args=("$bin/tc-mpi-kv" --mode alltoall) ;;
 esac

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <dirent.h>
+#include <sched.h>
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
@@ -249,6 +250,14 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
     return A;
   };
 
+  // The CPUs this process may use (taskset, cgroups): the namespace hosts
+  // share them too.
+  long Cores = sysconf(_SC_NPROCESSORS_ONLN);
+  {
+    cpu_set_t Set;
+    if (sched_getaffinity(0, sizeof Set, &Set) == 0)
+      Cores = CPU_COUNT(&Set);
+  }
   std::vector<Record> Out;
   auto Keep = [&](std::vector<Record> Rs, const char *Mode, uint64_t R) {
     for (Record &X : Rs) {
@@ -264,10 +273,16 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
   };
   for (uint64_t R : P.Ranks) {
     int N = static_cast<int>(R);
-    if (P.Tc)
-      Keep(Tc.plain(TcKv, "kv", N, JobArgs(nullptr, P.Repeat, P.Gets, P.Files),
-                    TcEnv),
-           "tc", R);
+    if (P.Tc) {
+      // More ranks than CPUs: waiting ranks sleep until a message comes
+      // (woken by the kernel), rather than poll and yield and wait for
+      // their turn on a CPU that the polling ranks share (as tc-bench
+      // dapc's servers block then).
+      std::vector<std::string> A = JobArgs(nullptr, P.Repeat, P.Gets, P.Files);
+      if (static_cast<long>(R) > Cores)
+        A.insert(A.begin(), {"--idle", "wait"});
+      Keep(Tc.plain(TcKv, "kv", N, A, TcEnv), "tc", R);
+    }
     std::string Key = std::to_string(R) + " ranks";
     if (P.Mpi)
       Keep(Rma.run("kv", N, JobArgs("rma", MpiRepeat, P.Gets, P.Files),

@@ -56,21 +56,25 @@ static double now_ms(void) {
 static uint64_t timeout_ms = 120000;
 static int idle_wait;
 
+/* How a wait loop spends the time nothing happens: SPIN polls (rank 0's
+ * latency gets), POLL polls and yields the CPU (as Open MPI's
+ * mpi_yield_when_idle: the bulk phases, where messages keep coming), IDLE
+ * does what --idle says: POLL, or with --idle wait sleep in tc_worker_wait
+ * until a message comes (barriers, where a rank only answers others). */
+enum { SPIN, POLL, IDLE };
+
 /* Progresses w until done(arg); dies after the timeout, naming what it
- * waited for. Busy-polls, yielding the CPU when nothing happened (as Open
- * MPI's mpi_yield_when_idle does), or with --idle wait sleeps in
- * tc_worker_wait until a message comes; `spin` polls without yielding
- * (rank 0's latency gets). */
+ * waited for. */
 typedef int (*cond_fn)(const void *arg);
-static void wait_for(tc_worker_h w, cond_fn done, const void *arg, int spin,
+static void wait_for(tc_worker_h w, cond_fn done, const void *arg, int how,
                      const char *what) {
   double start = 0;
   for (unsigned polls = 0; !done(arg); ++polls) {
     if (tc_worker_progress(w))
       continue;
-    if (idle_wait && !spin)
+    if (how == IDLE && idle_wait)
       tc_worker_wait(w, 10);
-    else if (!spin)
+    else if (how != SPIN)
       sched_yield();
     if ((polls & 1023) == 1023) {
       double t = now_ms();
@@ -106,7 +110,7 @@ static void barrier(tc_worker_h w, const char *what) {
   tc_status_t st = tc_worker_barrier_nb(w, on_done, &done);
   if (st != TC_INPROGRESS)
     die("cannot enter %s: %s", what, tc_status_string(st));
-  wait_for(w, flag_set, &done, 0, what);
+  wait_for(w, flag_set, &done, IDLE, what);
   if (done != 1)
     die("%s failed (a rank died?)", what);
 }
@@ -130,7 +134,7 @@ static void flush_all(tc_worker_h w, tc_ep_h *peers) {
       die("cannot flush rank %u: %s", p, tc_status_string(st));
     ++r.want;
   }
-  wait_for(w, reached, &r, 0, "the flushes");
+  wait_for(w, reached, &r, POLL, "the flushes");
   if (flush_status != TC_OK)
     die("a flush failed: %s", tc_status_string(flush_status));
 }
@@ -251,8 +255,9 @@ static const char usage[] =
     "  --bench         measure upserts and gets instead of printing\n"
     "  --repeat K      --bench: upsert the words K times (default 1)\n"
     "  --gets G        --bench: get round trips timed by rank 0 (1000)\n"
-    "  --idle yield|wait  waiting ranks poll and yield the CPU (default)\n"
-    "                  or sleep until a message comes\n"
+    "  --idle yield|wait  in barriers, ranks poll and yield the CPU\n"
+    "                  (default) or sleep until a message comes (for\n"
+    "                  more ranks than CPUs)\n"
     "  --timeout MS    any wait longer than this is an error (120000)\n"
     "  --ifunc-path D  where kv_*.tcfb are (default: the build's ifuncs)\n";
 
@@ -360,7 +365,7 @@ int main(int argc, char **argv) {
       batch_send(w, get, peers[r], &probe, r);
     }
     free(probe.buf);
-    wait_for(w, reached, &answered, 0, "the warm-up's answers");
+    wait_for(w, reached, &answered, POLL, "the warm-up's answers");
     flush_all(w, peers);
     memset(&client, 0, sizeof client);
     barrier(w, "the barrier after the warm-up");
@@ -435,7 +440,7 @@ int main(int argc, char **argv) {
             tc_msg_send(peers[o], m, NULL, NULL) != TC_INPROGRESS)
           die("cannot send a get to rank %u", o);
         tc_msg_free(m);
-        wait_for(w, reached, &r, 1, "a get's answer");
+        wait_for(w, reached, &r, SPIN, "a get's answer");
         double e = now_ms();
         if (i >= lat.n) /* The first round of keys is the warm-up. */
           rt[i - lat.n] = e - s;
@@ -482,7 +487,7 @@ int main(int argc, char **argv) {
       if (out[r].keys)
         sent += out[r].keys, batch_send(w, get, peers[r], &out[r], r);
     reach_t answered = {&client.answers, sent};
-    wait_for(w, reached, &answered, 0, "the get answers");
+    wait_for(w, reached, &answered, POLL, "the get answers");
     barrier(w, "the barrier after the get rate");
     t_gets = now_ms() - t0;
   }
@@ -513,7 +518,7 @@ int main(int argc, char **argv) {
 
   /* 7. Rank 0 collects every shard and checks, then prints. */
   if (self_rank == 0) {
-    wait_for(w, reports_in, &all, 0, "every rank's report");
+    wait_for(w, reports_in, &all, POLL, "every rank's report");
     uint64_t total_words = 0, applied = 0, entries = 0, max_bytes = 0;
     double max_ratio = 0;
     for (uint32_t r = 0; r < job_size; ++r) {
@@ -549,7 +554,7 @@ int main(int argc, char **argv) {
             tc_msg_send(peers[r], m, NULL, NULL) != TC_INPROGRESS)
           die("cannot ask rank %u for its entries", r);
         tc_msg_free(m);
-        wait_for(w, dump_answered, &answered, 0, "a rank's entries");
+        wait_for(w, dump_answered, &answered, POLL, "a rank's entries");
         if (client.error || client.bad)
           die("cannot keep rank %u's entries", r);
       } while (!client.dump_done);
