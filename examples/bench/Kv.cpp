@@ -33,7 +33,8 @@ namespace {
 struct Params {
   std::vector<uint64_t> Ranks;
   std::vector<std::string> Files;
-  uint64_t Repeat = 100, MpiRepeat = 0, Gets = 2000, Batch = 8000;
+  uint64_t Repeat = 100, MpiRepeat = 0, MpiWords = 0, Gets = 2000,
+           Batch = 8000;
   bool Tc = true, Mpi = true, Alltoall = true;
 };
 
@@ -113,6 +114,9 @@ OPTIONS:
                    --quick 2)
   --mpi-repeat K   The same for mode mpi (default: --repeat over shared
                    memory, 1 over TCP, where it is slower by 100x or more)
+  --mpi-words N    Mode mpi: each rank's first N words only (default: all
+                   over shared memory, 4000 over TCP, where MPI RMA
+                   upserts run at some 10^4-10^5 per second)
   --gets G         Timed single-key gets (default 2000; --quick 200)
   --batch BYTES    tc: records per message (default 8000)
   --hosts FILE     Ranks in network namespaces ('netns NAME ADDR' lines, as
@@ -151,6 +155,8 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
               P.Repeat = parseCount(A, Value());
             } else if (A == "--mpi-repeat") {
               P.MpiRepeat = parseCount(A, Value());
+            } else if (A == "--mpi-words") {
+              P.MpiWords = parseCount(A, Value());
             } else if (A == "--gets") {
               P.Gets = parseCount(A, Value());
             } else if (A == "--batch") {
@@ -201,16 +207,19 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
   if (O.Transport == "tcp")
     setenv("UCX_NET_DEVICES", Netns ? "eth0" : "lo", 1);
 
-  // The MPI references: osc rdma is left out (Open MPI 4.1.4's
-  // MPI_Compare_and_swap over it crashes in the vader BTL), and so is
-  // pt2pt over shared memory (it serves no figure better than sm there).
+  // The MPI references (--mpi-osc names others): over shared memory osc
+  // sm (rdma's MPI_Compare_and_swap crashes in Open MPI 4.1.4's vader BTL;
+  // ucx and pt2pt upsert 100x slower than sm there and win no figure by
+  // more than noise), over TCP pt2pt (ucx's atomics, emulated over TCP,
+  // upsert some 10^4 per second at 2 ranks and crawl at 4 with UCX
+  // endpoint timeouts; its get latency is within a fifth of pt2pt's).
   MpiProgram TcKv{"tc-kv", false, 1000}, MpiKv{"tc-mpi-kv", false, 1};
   MpiReference Tc(Place, O.MpiOsc, O.MpiTimeoutS, TcKv);
   MpiReference Rma(Place, O.MpiOsc, O.MpiTimeoutS, MpiKv);
   MpiReference A2a(Place, O.MpiOsc, O.MpiTimeoutS, MpiKv);
   std::vector<std::string> Oscs =
-      O.Transport == "shm" ? std::vector<std::string>{"sm", "ucx"}
-                           : std::vector<std::string>{"ucx", "pt2pt"};
+      O.Transport == "shm" ? std::vector<std::string>{"sm"}
+                           : std::vector<std::string>{"pt2pt"};
   for (MpiReference *M : {&Rma, &A2a}) {
     M->setDefaultOscs(Oscs);
     M->setOscField(true);
@@ -223,8 +232,9 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
     die("mode tc needs tc-kv next to tc-bench (" + besideSelf("tc-kv") +
         "; it is built with PMIx)");
 
-  uint64_t MpiRepeat =
-      P.MpiRepeat ? P.MpiRepeat : O.Transport == "shm" ? P.Repeat : 1;
+  bool Shm = O.Transport == "shm";
+  uint64_t MpiRepeat = P.MpiRepeat ? P.MpiRepeat : Shm ? P.Repeat : 1;
+  uint64_t MpiWords = P.MpiWords ? P.MpiWords : Shm ? 0 : 4000;
   // The probes: the two smallest files, once.
   std::vector<std::string> Small = P.Files;
   std::sort(Small.begin(), Small.end(),
@@ -284,8 +294,13 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
       Keep(Tc.plain(TcKv, "kv", N, A, TcEnv), "tc", R);
     }
     std::string Key = std::to_string(R) + " ranks";
+    std::vector<std::string> RmaArgs =
+        JobArgs("rma", MpiRepeat, P.Gets, P.Files);
+    if (MpiWords)
+      RmaArgs.insert(RmaArgs.begin(),
+                     {"--max-words", std::to_string(MpiWords)});
     if (P.Mpi)
-      Keep(Rma.run("kv", N, JobArgs("rma", MpiRepeat, P.Gets, P.Files),
+      Keep(Rma.run("kv", N, RmaArgs,
                    JobArgs("rma", 1, std::min<uint64_t>(P.Gets, 100), Small),
                    "kv rma, " + Key),
            "mpi", R);

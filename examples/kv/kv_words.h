@@ -161,6 +161,16 @@ static inline int kv_read_slice(char *const *files, int nfiles, uint32_t rank,
   return rc;
 }
 
+/* Keeps the first `max` words of w (all of them when it has fewer). */
+static inline void kv_words_truncate(kv_words_t *w, uint64_t max) {
+  const unsigned char *p = w->rec, *end = w->rec + w->len, *key;
+  uint64_t len, n = 0;
+  while (n < max && kv_next_record(&p, end, &key, &len, NULL) > 0)
+    ++n;
+  w->len = (uint64_t)(p - w->rec);
+  w->count = n;
+}
+
 /* Walks a rank's words `repeat` times over: kv_iter_next gives the next
  * word until there is none. */
 typedef struct kv_iter {

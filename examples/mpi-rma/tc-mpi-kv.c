@@ -567,6 +567,8 @@ static const char usage[] =
     "  --bench       measure upserts and gets instead of printing\n"
     "  --repeat K    --bench: the words K times over (default 1)\n"
     "  --gets G      --bench, rma: get round trips timed by rank 0 (1000)\n"
+    "  --max-words M each rank takes the first M words of its slice only\n"
+    "                (a bound for the slow components)\n"
     "  --wave W      rma: keys in flight per rank (default 256; at most\n"
     "                64 with osc pt2pt, which deadlocks with more)\n"
     "  --timeout S   every rank stops with an error after S s (300)\n";
@@ -579,7 +581,7 @@ int main(int argc, char **argv) {
     }
   mpi_tool_init(&argc, &argv);
   const char *mode = NULL, *output = NULL;
-  uint64_t repeat = 1, gets = 1000, wave = 256;
+  uint64_t repeat = 1, gets = 1000, wave = 256, max_words = UINT64_MAX;
   int bench = 0, nfiles = 0;
   char **files = calloc((size_t)argc, sizeof *files);
   if (!files)
@@ -596,6 +598,8 @@ int main(int argc, char **argv) {
       repeat = parse_count(a, v), ++i;
     else if (!strcmp(a, "--gets"))
       gets = parse_count(a, v), ++i;
+    else if (!strcmp(a, "--max-words"))
+      max_words = parse_count(a, v), ++i;
     else if (!strcmp(a, "--wave"))
       wave = parse_count(a, v), ++i;
     else if (!strcmp(a, "--timeout"))
@@ -626,6 +630,7 @@ int main(int argc, char **argv) {
   if (kv_read_slice(files, nfiles, (uint32_t)rank, (uint32_t)nranks, &words,
                     err, sizeof err))
     die("%s", err);
+  kv_words_truncate(&words, max_words);
   /* Every word's owner, and what every owner gets: occurrences, the heap
    * bytes of long keys, the longest key. */
   uint32_t *owners = malloc(words.count * sizeof *owners + 4);
