@@ -22,10 +22,11 @@
  * latency (G gets of one key owned by another rank, one at a time, each
  * answered by the owner's kv_get with a kv_result message: the p50 of the
  * round trips); then the get rate (every rank looks up each word of its
- * slice once, in batches, answered in batches). Every figure is checked:
- * the collected counts must add up to the words upserted, each latency
- * answer must be its key's collected count, and the rate answers must sum
- * to sum(count^2) / K over the collected table. Rank 0 prints
+ * slice K times, in batches, answered in batches). Every figure is
+ * checked: the collected counts must add up to the words upserted, each
+ * latency answer must be its key's collected count, and the rate answers
+ * must sum to K * sum(count * count / K) over the collected table (see
+ * kv_answers_check). Rank 0 prints
  *
  *   row tc METRIC VALUE UNIT
  *   tc-kv: kv over N ranks on HOST0,HOST1,...: ok
