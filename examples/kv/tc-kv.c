@@ -58,9 +58,11 @@ static uint64_t timeout_ms = 120000;
 static int idle_wait;
 
 /* How a wait loop spends the time nothing happens: SPIN polls (rank 0's
- * latency gets), POLL polls and yields the CPU (as Open MPI's
- * mpi_yield_when_idle: the bulk phases, where messages keep coming), IDLE
- * does what --idle says: POLL, or with --idle wait sleep in tc_worker_wait
+ * latency gets), POLL polls and, after 1,024 empty polls in a row, yields
+ * the CPU at each (as Open MPI's mpi_yield_when_idle: the bulk phases,
+ * where messages keep coming; a process that yields at once loses the CPU
+ * to every other runnable one before its peers' next message), IDLE does
+ * what --idle says: POLL, or with --idle wait sleep in tc_worker_wait
  * until a message comes (barriers, where a rank only answers others). */
 enum { SPIN, POLL, IDLE };
 
@@ -70,12 +72,15 @@ typedef int (*cond_fn)(const void *arg);
 static void wait_for(tc_worker_h w, cond_fn done, const void *arg, int how,
                      const char *what) {
   double start = 0;
+  unsigned empty = 0;
   for (unsigned polls = 0; !done(arg); ++polls) {
-    if (tc_worker_progress(w))
+    if (tc_worker_progress(w)) {
+      empty = 0;
       continue;
+    }
     if (how == IDLE && idle_wait)
       tc_worker_wait(w, 10);
-    else if (how != SPIN)
+    else if (how != SPIN && ++empty > 1024)
       sched_yield();
     if ((polls & 1023) == 1023) {
       double t = now_ms();
@@ -170,14 +175,27 @@ static void batch_append(batch_t *b, const unsigned char *key, uint64_t len,
   ++b->keys;
 }
 
-/* Sends b's records to rank `to` as one message of ifunc f. */
+/* A batch that could not be sent (its completion's status). */
+static tc_status_t batch_status = TC_OK;
+static void on_batch_sent(void *arg, tc_status_t s) {
+  (void)arg;
+  if (s != TC_OK)
+    batch_status = s;
+}
+
+/* Sends b's records to rank `to` as one message of ifunc f. With a
+ * completion callback: such a message goes as a UCX active message, not
+ * through the peer's mailbox ring (docs/c-api.md), and UCX keeps many
+ * batches in flight where a 24 KiB ring holds three, whose slots come back
+ * only as the owner takes them (with more processes than CPUs, each such
+ * turn can wait for a scheduler slice: docs/kv.md). */
 static void batch_send(tc_worker_h w, tc_ifunc_h f, tc_ep_h ep, batch_t *b,
                        uint32_t to) {
   tc_msg_h m;
   tc_status_t st = tc_msg_create(f, b->buf, b->len, &m);
   if (st != TC_OK)
     die("cannot create a message for rank %u: %s", to, tc_status_string(st));
-  if ((st = tc_msg_send(ep, m, NULL, NULL)) != TC_INPROGRESS)
+  if ((st = tc_msg_send(ep, m, on_batch_sent, NULL)) != TC_INPROGRESS)
     die("cannot send to rank %u: %s", to, tc_status_string(st));
   tc_msg_free(m);
   b->len = b->head;
@@ -295,6 +313,7 @@ int main(int argc, char **argv) {
       ifunc_path = v, ++i;
     else if (!strcmp(a, "-v"))
       verbose = 1;
+
     else if (a[0] == '-' && a[1])
       die("unknown or incomplete argument '%s' (try --help)", a);
     else
@@ -393,19 +412,25 @@ int main(int argc, char **argv) {
   for (uint32_t r = 0; r < job_size; ++r)
     if (out[r].len)
       batch_send(w, upsert, peers[r], &out[r], r);
+  double t_sent = now_ms();
   flush_all(w, peers);
+  double t_flushed = now_ms();
   barrier(w, "the barrier after the upserts");
   double t_upsert = now_ms() - t0;
-  if (flush_status != TC_OK)
-    die("a flush failed: %s", tc_status_string(flush_status));
+  if (flush_status != TC_OK || batch_status != TC_OK)
+    die("a batch or flush failed: %s",
+        tc_status_string(flush_status != TC_OK ? flush_status : batch_status));
   if (shard.table.error)
     die("the table stopped growing: %s", shard.table.error == KV_ERR_FULL
                                              ? "over 4 GiB of entries"
                                              : "out of memory");
   if (verbose)
-    fprintf(stderr, "tc-kv: rank %u: %llu words, %llu entries, %.2f ms\n",
+    fprintf(stderr,
+            "tc-kv: rank %u: %llu words, %llu entries; upserts %.2f ms "
+            "(sending %.2f, flushing %.2f, the barrier %.2f)\n",
             self_rank, (unsigned long long)words.count,
-            (unsigned long long)shard.table.count, t_upsert);
+            (unsigned long long)shard.table.count, t_upsert, t_sent - t0,
+            t_flushed - t_sent, t0 + t_upsert - t_flushed);
 
   /* 5. --bench: get latency (rank 0) and get rate (every rank). */
   kv_lat_t lat = {{0}, {0}, {0}, 0};
