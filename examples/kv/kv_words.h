@@ -118,6 +118,8 @@ static inline int kv_read_slice(char *const *files, int nfiles, uint32_t rank,
                                 uint32_t ranks, kv_words_t *w, char *err,
                                 size_t errlen) {
   memset(w, 0, sizeof *w);
+  if (kv_words_reserve(w, 1)) /* w->rec is never NULL, even for no words */
+    return kv_fail(err, errlen, "out of memory");
   uint64_t *sizes = (uint64_t *)calloc((size_t)nfiles + 1, sizeof *sizes);
   if (!sizes)
     return kv_fail(err, errlen, "out of memory");
@@ -219,6 +221,8 @@ static inline int kv_count_order(const void *a, const void *b) {
 static inline int kv_counts_add(const unsigned char *p, uint64_t size,
                                 kv_count_t **out, uint64_t *n,
                                 uint64_t *cap) {
+  if (!size) /* p may be NULL then */
+    return 0;
   const unsigned char *end = p + size;
   while (p < end) {
     uint64_t len;
@@ -241,7 +245,8 @@ static inline int kv_counts_add(const unsigned char *p, uint64_t size,
 
 /* Sorts the counts and prints them to f; returns -1 on a write error. */
 static inline int kv_counts_print(kv_count_t *c, uint64_t n, FILE *f) {
-  qsort(c, (size_t)n, sizeof *c, kv_count_order);
+  if (n > 1)
+    qsort(c, (size_t)n, sizeof *c, kv_count_order);
   for (uint64_t i = 0; i < n; ++i) {
     fprintf(f, "%llu ", (unsigned long long)c[i].count);
     fwrite(c[i].key, 1, (size_t)c[i].len, f);
@@ -302,7 +307,8 @@ static inline int kv_by_value(const void *a, const void *b) {
 
 /* The median of v[0 .. n) (sorted in place). */
 static inline double kv_median(double *v, uint64_t n) {
-  qsort(v, (size_t)n, sizeof *v, kv_by_value);
+  if (n > 1)
+    qsort(v, (size_t)n, sizeof *v, kv_by_value);
   return n ? v[n / 2] : 0;
 }
 

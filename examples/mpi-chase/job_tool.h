@@ -22,14 +22,23 @@
 
 static uint32_t self_rank, job_size;
 
-/* Prints "NAME: rank R: error: ..." and exits 1. */
+/* Prints "NAME: rank R: error: ..." and exits 1. One write: the launcher
+ * forwards what each rank writes as it comes, and two ranks failing at
+ * once must not interleave their lines. */
 static void die(const char *fmt, ...) {
+  char line[1024];
+  int n = snprintf(line, sizeof line, JOB_TOOL_NAME ": rank %u: error: ",
+                   self_rank);
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, JOB_TOOL_NAME ": rank %u: error: ", self_rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
   va_end(ap);
+  if (n > (int)sizeof line - 2)
+    n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  fflush(stdout);
+  if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+  }
   exit(1);
 }
 

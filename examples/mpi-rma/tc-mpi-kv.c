@@ -344,13 +344,17 @@ static void op_start(op_t *o, const window_t *w, const unsigned char *key,
 static void rma_all(window_t *w, const kv_words_t *words, uint64_t repeat,
                     int wave, int upsert, uint64_t *keys, uint64_t *hits,
                     uint64_t *sum) {
-  op_t *ops = calloc((size_t)wave, sizeof *ops);
-  if (!ops)
+  /* Two sets of ops, a wave in each by turns: a wave's last fetch-and-adds
+   * read and write their op until a flush, and the next wave's first flush
+   * comes before this set is used again. */
+  op_t *all = calloc(2 * (size_t)wave, sizeof *all);
+  if (!all)
     die("out of memory");
   kv_iter_t it = kv_words_iter(words, repeat);
   const unsigned char *key;
   uint64_t len;
-  int n = 0, more = 1;
+  int n = 0, more = 1, turn = 0;
+  op_t *ops = all;
   while (more) {
     more = kv_iter_next(&it, &key, &len);
     if (more)
@@ -363,12 +367,14 @@ static void rma_all(window_t *w, const kv_words_t *words, uint64_t repeat,
           ++*hits, *sum += ops[i].result;
       }
       n = 0;
+      turn ^= 1;
+      ops = all + (size_t)turn * (size_t)wave;
     }
   }
-  for (int i = 0; i < wave; ++i)
-    free(ops[i].scratch);
-  free(ops);
-  flush_all(w); /* The last accumulates, too. */
+  flush_all(w); /* The last fetch-and-adds. */
+  for (int i = 0; i < 2 * wave; ++i)
+    free(all[i].scratch);
+  free(all);
 }
 
 /* This rank's entries in kv_table.h's arena layout ([LEB128 n][key][u64
