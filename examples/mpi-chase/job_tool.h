@@ -6,6 +6,8 @@
 #ifndef TC_EXAMPLES_JOB_TOOL_H
 #define TC_EXAMPLES_JOB_TOOL_H
 
+#include "error_line.h"
+
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,23 +24,12 @@
 
 static uint32_t self_rank, job_size;
 
-/* Prints "NAME: rank R: error: ..." and exits 1. One write: the launcher
- * forwards what each rank writes as it comes, and two ranks failing at
- * once must not interleave their lines. */
+/* Prints "NAME: rank R: error: ..." (error_line.h) and exits 1. */
 static void die(const char *fmt, ...) {
-  char line[1024];
-  int n = snprintf(line, sizeof line, JOB_TOOL_NAME ": rank %u: error: ",
-                   self_rank);
   va_list ap;
   va_start(ap, fmt);
-  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  error_line(JOB_TOOL_NAME, (long)self_rank, fmt, ap);
   va_end(ap);
-  if (n > (int)sizeof line - 2)
-    n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  fflush(stdout);
-  if (write(STDERR_FILENO, line, (size_t)n) < 0) {
-  }
   exit(1);
 }
 

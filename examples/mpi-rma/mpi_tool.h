@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include "error_line.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,23 +23,12 @@
 
 static int rank, nranks;
 
-/* Prints "NAME: rank R: error: ..." and ends the job. */
+/* Prints "NAME: rank R: error: ..." (error_line.h) and ends the job. */
 static void die(const char *fmt, ...) {
-  /* One write: mpirun forwards what each rank writes as it comes, and two
-   * ranks failing at once must not interleave their lines. */
-  char line[1024];
-  int n = snprintf(line, sizeof line, MPI_TOOL_NAME ": rank %d: error: ",
-                   rank);
   va_list ap;
   va_start(ap, fmt);
-  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  error_line(MPI_TOOL_NAME, rank, fmt, ap);
   va_end(ap);
-  if (n > (int)sizeof line - 2)
-    n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  fflush(stdout);
-  if (write(STDERR_FILENO, line, (size_t)n) < 0) {
-  }
   MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
 }
