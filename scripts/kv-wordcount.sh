@@ -82,7 +82,7 @@ case $mode in
   tc)
     prog_args=("$bin/tc-kv")
     # More ranks than CPUs (namespace hosts share this machine's): ranks
-    # sleep in barriers rather than poll.
+    # sleep in barriers rather than spin.
     ((ranks > $(nproc))) && prog_args+=(--idle wait) ;;
   mpi) prog_args=("$bin/tc-mpi-kv" --mode rma) ;;
   alltoall) prog_args=("$bin/tc-mpi-kv" --mode alltoall) ;;

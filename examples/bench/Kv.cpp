@@ -34,7 +34,7 @@ struct Params {
   std::vector<uint64_t> Ranks;
   std::vector<std::string> Files;
   uint64_t Repeat = 100, MpiRepeat = 0, MpiWords = 0, Gets = 2000,
-           Batch = 8000;
+           Batch = 32000;
   bool Tc = true, Mpi = true, Alltoall = true;
 };
 
@@ -118,7 +118,7 @@ OPTIONS:
                    over shared memory, 4000 over TCP, where MPI RMA
                    upserts run at some 10^4-10^5 per second)
   --gets G         Timed single-key gets (default 2000; --quick 200)
-  --batch BYTES    tc: records per message (default 8000)
+  --batch BYTES    tc: records per message (default 32000)
   --hosts FILE     Ranks in network namespaces ('netns NAME ADDR' lines, as
                    scripts/netns.sh writes them), rank I in the I-th modulo
                    their number; with --transport tcp
@@ -182,9 +182,24 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
     if (access(F.c_str(), R_OK) != 0)
       die("cannot read '" + F + "'");
 
+  // The CPUs this process may use (taskset, cgroups): the namespace hosts
+  // share them too.
+  long Cores = sysconf(_SC_NPROCESSORS_ONLN);
+  {
+    cpu_set_t Set;
+    if (sched_getaffinity(0, sizeof Set, &Set) == 0)
+      Cores = CPU_COUNT(&Set);
+  }
   MpiPlace Place;
   Place.Transport = O.Transport;
-  Place.Pin = false; // More ranks than cores, often.
+  // A CPU each when there are enough (mpirun --bind-to core, every
+  // version): two busy ranks left to the kernel may share one CPU while
+  // other work has the other, and a get then waits for a scheduler tick
+  // (4-8 ms against 11 us here). Across namespace hosts each is a node of
+  // its own to Open MPI, which would bind every rank to its node's first
+  // core: not there.
+  Place.Pin = false;
+  Place.PinUpTo = Cores;
   Place.AllInNetns = true;
   if (!O.HostsFile.empty()) {
     if (O.Transport != "tcp")
@@ -260,14 +275,6 @@ int runKv(const CommonOptions &O, const std::vector<std::string> &Args) {
     return A;
   };
 
-  // The CPUs this process may use (taskset, cgroups): the namespace hosts
-  // share them too.
-  long Cores = sysconf(_SC_NPROCESSORS_ONLN);
-  {
-    cpu_set_t Set;
-    if (sched_getaffinity(0, sizeof Set, &Set) == 0)
-      Cores = CPU_COUNT(&Set);
-  }
   std::vector<Record> Out;
   auto Keep = [&](std::vector<Record> Rs, const char *Mode, uint64_t R) {
     for (Record &X : Rs) {

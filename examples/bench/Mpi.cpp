@@ -190,7 +190,8 @@ std::vector<Record> MpiReference::job(const MpiProgram &Prog,
   if (geteuid() == 0)
     A.push_back("--allow-run-as-root");
   A.insert(A.end(), {"--oversubscribe", "-n", std::to_string(Ranks)});
-  A.insert(A.end(), {"--bind-to", P.Pin ? "core" : "none"});
+  bool Pin = P.Pin || (P.Netns.empty() && Ranks <= P.PinUpTo);
+  A.insert(A.end(), {"--bind-to", Pin ? "core" : "none"});
   // Waiting ranks yield their CPU. A target that must progress for the
   // origin (pt2pt, UCX over TCP) spins in MPI_Barrier; on this 2-core VM a
   // spinning target that does not yield loses whole scheduler slices when

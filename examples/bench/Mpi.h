@@ -27,6 +27,9 @@ struct MpiPlace {
   /// With Netns: every rank in a namespace, rank I in Netns[I % N] (kv's
   /// symmetric jobs), none here.
   bool AllInNetns = false;
+  /// Without Netns: --bind-to core also when the job has at most this many
+  /// ranks (a CPU each), though Pin is false.
+  long PinUpTo = 0;
 };
 
 /// The program a job runs, next to tc-bench: tc-mpi-rma (its first

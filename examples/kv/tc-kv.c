@@ -55,15 +55,21 @@ static double now_ms(void) {
 }
 
 static uint64_t timeout_ms = 120000;
-static int idle_wait;
+/* --idle: how ranks wait in barriers (IDLE below). */
+enum { IDLE_SPIN, IDLE_YIELD, IDLE_WAIT };
+static int idle_mode = IDLE_SPIN;
 
 /* How a wait loop spends the time nothing happens: SPIN polls (rank 0's
  * latency gets), POLL polls and, after 1,024 empty polls in a row, yields
- * the CPU at each (as Open MPI's mpi_yield_when_idle: the bulk phases,
- * where messages keep coming; a process that yields at once loses the CPU
- * to every other runnable one before its peers' next message), IDLE does
- * what --idle says: POLL, or with --idle wait sleep in tc_worker_wait
- * until a message comes (barriers, where a rank only answers others). */
+ * the CPU at each (the bulk phases, where messages keep coming: a process
+ * that yields at once loses the CPU to every other runnable one before its
+ * peers' next message), IDLE does what --idle says (barriers, where a rank
+ * only answers others): spin (the default: an idle rank that yields may
+ * come back only at the next scheduler tick, 4 ms here, and every get it
+ * should answer waits that long), yield as POLL does, or wait: sleep in
+ * tc_worker_wait until a message comes, the kernel waking the rank (for
+ * more ranks than CPUs, where spinning ranks would take the CPUs the
+ * others need). */
 enum { SPIN, POLL, IDLE };
 
 /* Progresses w until done(arg); dies after the timeout, naming what it
@@ -78,9 +84,10 @@ static void wait_for(tc_worker_h w, cond_fn done, const void *arg, int how,
       empty = 0;
       continue;
     }
-    if (how == IDLE && idle_wait)
+    if (how == IDLE && idle_mode == IDLE_WAIT)
       tc_worker_wait(w, 10);
-    else if (how != SPIN && ++empty > 1024)
+    else if ((how == POLL || (how == IDLE && idle_mode == IDLE_YIELD)) &&
+             ++empty > 1024)
       sched_yield();
     if ((polls & 1023) == 1023) {
       double t = now_ms();
@@ -276,18 +283,18 @@ static const char usage[] =
     "Counts the words of FILE... in a hash table sharded over the N ranks;\n"
     "rank 0 prints `COUNT WORD` for every distinct word (docs/kv.md).\n"
     "  --output F      rank 0 writes the counts to F (default stdout)\n"
-    "  --batch BYTES   records per upsert message (default 8000)\n"
+    "  --batch BYTES   records per upsert message (default 32000)\n"
     "  --bench         measure upserts and gets instead of printing\n"
     "  --repeat K      --bench: upsert the words K times (default 1)\n"
     "  --gets G        --bench: get round trips timed by rank 0 (1000)\n"
-    "  --idle yield|wait  in barriers, ranks poll and yield the CPU\n"
-    "                  (default) or sleep until a message comes (for\n"
-    "                  more ranks than CPUs)\n"
+    "  --idle spin|yield|wait  in barriers, ranks poll (default), poll\n"
+    "                  and yield the CPU, or sleep until a message comes\n"
+    "                  (for more ranks than CPUs)\n"
     "  --timeout MS    any wait longer than this is an error (120000)\n"
     "  --ifunc-path D  where kv_*.tcfb are (default: the build's ifuncs)\n";
 
 int main(int argc, char **argv) {
-  uint64_t batch_bytes = 8000, repeat = 1, gets = 1000;
+  uint64_t batch_bytes = 32000, repeat = 1, gets = 1000;
   int bench = 0, verbose = 0;
   const char *output = NULL, *ifunc_path = getenv("TC_IFUNC_PATH");
   char path_buf[PATH_MAX];
@@ -312,9 +319,12 @@ int main(int argc, char **argv) {
       gets = parse_count(a, v), ++i;
     else if (!strcmp(a, "--timeout"))
       timeout_ms = parse_count(a, v), ++i;
-    else if (!strcmp(a, "--idle") && v && (!strcmp(v, "yield") ||
-                                           !strcmp(v, "wait")))
-      idle_wait = !strcmp(v, "wait"), ++i;
+    else if (!strcmp(a, "--idle") && v && !strcmp(v, "spin"))
+      idle_mode = IDLE_SPIN, ++i;
+    else if (!strcmp(a, "--idle") && v && !strcmp(v, "yield"))
+      idle_mode = IDLE_YIELD, ++i;
+    else if (!strcmp(a, "--idle") && v && !strcmp(v, "wait"))
+      idle_mode = IDLE_WAIT, ++i;
     else if (!strcmp(a, "--ifunc-path") && v)
       ifunc_path = v, ++i;
     else if (!strcmp(a, "-v"))
@@ -329,6 +339,12 @@ int main(int argc, char **argv) {
     die("no input files (try --help)");
   if (!ifunc_path)
     ifunc_path = job_tool_ifunc_path(path_buf);
+
+  /* Batches go eagerly, whatever their size: with UCX's default threshold
+   * a message of more than some 8 KiB takes the rendezvous protocol (a
+   * request, then the receiver fetches the data), a round trip per batch
+   * (docs/kv.md). */
+  setenv("UCX_RNDV_THRESH", "inf", 0);
 
   /* 1. Wire-up: the worker publishes its address and fences with all. */
   tc_context_h ctx;
