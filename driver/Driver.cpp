@@ -55,6 +55,7 @@ private:
   Expected<std::unique_ptr<Module>> loadIR(const CompileTarget &T,
                                            StringRef Input);
   Expected<std::unique_ptr<Module>> buildModule(const CompileTarget &T);
+  bool haveIRForHost(StringRef Host);
   Expected<std::unique_ptr<TargetMachine>>
   createTargetMachine(const CompileTarget &T);
   Expected<std::string> emitObject(Module &M, const CompileTarget &T);
@@ -153,6 +154,24 @@ Expected<std::unique_ptr<Module>> Pipeline::loadIR(const CompileTarget &T,
   (*M)->setTargetTriple(Triple(T.Triple));
   (*M)->setDataLayout((*TM)->createDataLayout());
   return std::move(*M);
+}
+
+/// Whether an IR input can give this host's module: one for its triple,
+/// or target independent. (A front end that compiles for every triple
+/// itself, as python3 -m tc.cc does, passes one for the host beside the
+/// targets'.)
+bool Pipeline::haveIRForHost(StringRef Host) {
+  for (const std::string &In : O.Inputs) {
+    Expected<std::unique_ptr<Module>> M = readIR(In);
+    if (!M) {
+      consumeError(M.takeError());
+      continue;
+    }
+    std::string Own = (*M)->getTargetTriple().str();
+    if (Own.empty() || triplesCompatible(Own, Host))
+      return true;
+  }
+  return false;
 }
 
 Expected<std::vector<CompileTarget>> Pipeline::resolveTargets() {
@@ -377,14 +396,16 @@ Error Pipeline::run() {
     }
   }
 
-  if (!HaveSource && llvm::all_of(O.Inputs, isIRInput)) {
+  if (!HaveSource && llvm::all_of(O.Inputs, isIRInput) &&
+      !haveIRForHost(Host)) {
     // IR for other triples cannot be recompiled for this host.
     if (!O.PrintCommands)
       WithColor::warning(errs(), "tc-cc")
           << "no source member: no input is for this host (" << Host
           << "); a sender on this host cannot create messages\n";
   } else if (!HaveSource) {
-    // No target runs here: compile once more, for the source member only.
+    // No target runs here: compile once more (or take the IR inputs for
+    // this host), for the source member only.
     CompileTarget HostT{Host, "", O.DefaultSysroot};
     Expected<std::unique_ptr<Module>> M = buildModule(HostT);
     if (!M)

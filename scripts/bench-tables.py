@@ -782,6 +782,44 @@ def render_gpu(data):
     return block(data, stems, lines)
 
 
+def render_gpu_breakdown(data):
+    """Where a tsi --gpu message's time goes: the driver calls per message
+    on each side (tc-serve --gpu-trace; cuda_raw counts its own), tc's hops
+    to its GPU worker and back, and a first contact's split."""
+    if not data.exists("gpu-tsi.json"):
+        return [GPU_NOT_MEASURED]
+    t = data.records("gpu-tsi")
+    calls = sorted(set(
+        m[len("driver_calls_"):] for m in t.values("metric")
+        if m.startswith("driver_calls_")))
+    rows = []
+    for c in calls:
+        rows.append(["`%s`" % c,
+                     sig(t.get("gpu", "driver_calls_" + c)),
+                     sig(t.get("gpu", "driver_us_" + c)),
+                     sig(t.get("cuda_raw", "driver_calls_" + c)),
+                     sig(t.get("cuda_raw", "driver_us_" + c))])
+    rows.append(["all driver calls", "-",
+                 sig(t.get("gpu", "driver_us_total")), "-",
+                 sig(t.get("cuda_raw", "driver_us_total"))])
+    lines = table(["driver call, per message", "tc: calls", "tc: us",
+                   "cuda_raw: calls", "cuda_raw: us"], rows)
+    lines += ["", "tc's pipeline (means over messages that found no queue): "
+              "tc-serve to its GPU worker %s us, a launch on an idle stream "
+              "until the worker sees it done %s us, the worker back to "
+              "tc-serve %s us. First contact: LLVM's lowering to PTX %s ms, "
+              "the driver's load of it %s ms, %s ms in all, against the "
+              "driver's own JIT of the same PTX, %s ms." % (
+                  sig(t.get("gpu", "hop_command")),
+                  sig(t.get("gpu", "device")),
+                  sig(t.get("gpu", "hop_completion")),
+                  sig(t.get("first_contact", "cold_ptx")),
+                  sig(t.get("first_contact", "cold_driver_load")),
+                  sig(t.get("first_contact", "cold_load")),
+                  sig(t.get("first_contact", "driver_jit")))]
+    return block(data, ["gpu-tsi"], lines)
+
+
 TABLES = {
     "machine": machine,
     "tsi": render_tsi,
@@ -797,6 +835,7 @@ TABLES = {
     "mpi-rma": render_mpi_rma,
     "kv": render_kv,
     "gpu": render_gpu,
+    "gpu-breakdown": render_gpu_breakdown,
 }
 
 MARKER = re.compile(r"^<!-- (BEGIN|END) bench-table ([a-z0-9-]+) -->$")

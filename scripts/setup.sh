@@ -15,6 +15,10 @@ PACKAGES=(
   libgtest-dev iproute2
   # scripts/plot.py (Debian's /usr/bin/python3; never pip)
   python3-matplotlib
+  # the Python package (python/, docs/python.md): cffi over libtc, numba
+  # (with llvmlite and numpy) for ifuncs written in Python, Python's headers
+  # for the cffi extension
+  python3-cffi python3-numba python3-dev
   # PMIx bootstrap (issue #20): libtc's wire-up under mpirun / srun, and
   # Open MPI's mpirun (a PMIx server) for its tests
   libpmix-dev openmpi-bin

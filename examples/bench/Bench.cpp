@@ -252,7 +252,7 @@ std::string defaultIfuncPath() {
   return Dir.substr(0, Dir.rfind('/')) + "/ifuncs";
 }
 
-int ServerCpu = -1, ClientCpu = -1;
+int ServerCpu = -1, ClientCpu = -1, ServerCpu2 = -1;
 
 bool pinClientAndServer(bool Enable) {
   ServerCpu = ClientCpu = -1;
@@ -322,6 +322,8 @@ Child startServer(const std::vector<std::string> &Argv,
       cpu_set_t Set;
       CPU_ZERO(&Set);
       CPU_SET(ServerCpu, &Set);
+      if (ServerCpu2 >= 0)
+        CPU_SET(ServerCpu2, &Set);
       sched_setaffinity(0, sizeof Set, &Set);
     }
     dup2(Pipe[1], STDOUT_FILENO);
@@ -403,6 +405,26 @@ void stopServer(Child &C) {
     close(C.Out);
   C.Pid = -1;
   C.Out = -1;
+}
+
+std::string stopServerCollect(Child &C, double TimeoutS) {
+  std::string Out;
+  if (C.Pid <= 0)
+    return Out;
+  kill(C.Pid, SIGTERM);
+  auto T0 = Clock::now();
+  while (C.Out >= 0 && secondsSince(T0) < TimeoutS) {
+    pollfd P{C.Out, POLLIN, 0};
+    if (poll(&P, 1, 100) <= 0)
+      continue;
+    char Chunk[4096];
+    ssize_t N = read(C.Out, Chunk, sizeof Chunk);
+    if (N <= 0)
+      break; // It ended: everything it said is here.
+    Out.append(Chunk, size_t(N));
+  }
+  stopServer(C);
+  return Out;
 }
 
 void stopAllServers() {

@@ -138,6 +138,9 @@ Child startServer(const std::vector<std::string> &Argv,
 pid_t forkTied();
 /// SIGTERM, wait (SIGKILL after 5 s), forget.
 void stopServer(Child &C);
+/// stopServer(), returning what \p C printed after its last read (at
+/// most \p TimeoutS seconds for it to end and say it).
+std::string stopServerCollect(Child &C, double TimeoutS = 10);
 void stopAllServers();
 
 /// Two-process scenarios (tsi, sss, iput) pin the server to one CPU and
@@ -148,6 +151,9 @@ void stopAllServers();
 bool pinClientAndServer(bool Enable);
 /// CPU for servers started from now on, or -1; and the one we run on.
 extern int ServerCpu, ClientCpu;
+/// A second CPU servers started from now on may use beside ServerCpu, or
+/// -1 (a GPU target's worker process, which inherits the server's).
+extern int ServerCpu2;
 
 /// This executable's path (to start `tc-bench serve`).
 std::string selfPath();

@@ -27,17 +27,21 @@
 #include "RawUcx.h"
 
 #include "gpu/CudaDriver.h"
+#include "gpu/GpuChannel.h"
 #include "gpu/Ptx.h"
 #include "tc/Archive.h"
 
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <map>
+#include <sstream>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <poll.h>
+#include <sched.h>
 #include <regex>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,6 +242,12 @@ std::string ptxFor(const Device &Dev, const std::string &Archive,
 
 constexpr unsigned CudaAmId = 5;
 
+/// Driver calls per message and microseconds in them, by entry point.
+struct CallCost {
+  double Calls = 0, Us = 0;
+};
+using CallCosts = std::map<std::string, CallCost>;
+
 struct RawArgs {
   GpuOptions G;
   std::string Archive; ///< gtsi.tcfb
@@ -245,6 +255,15 @@ struct RawArgs {
   std::vector<double> Rtt;
   double Rate = 0;
   double DriverJitMs = 0, WarmJitMs = 0;
+  CallCosts Calls; ///< cuda_raw's driver calls per message.
+};
+
+/// What cuda_raw's server sends its client at the end: calls and
+/// nanoseconds of each entry point over its messages.
+struct RawTrace {
+  uint64_t Messages = 0;
+  uint64_t Calls[tc::cuda::NumEntryPoints] = {};
+  uint64_t Nanos[tc::cuda::NumEntryPoints] = {};
 };
 
 /// The cuda_raw server: UCX active messages, each launching the kernel.
@@ -329,6 +348,11 @@ int serveRaw(int Fd, void *Arg) {
             TC_CU(*Dev.D, cuMemHostGetDevicePointer, &S.PinnedDev, Host, 0)))
       Err = llvm::toString(std::move(E));
   S.Pinned = static_cast<char *>(Host);
+  // Every driver call from here on is counted and timed, as tc-serve
+  // --gpu-trace counts its worker's.
+  static tc::gpu::TraceSlot Slots[tc::cuda::NumEntryPoints];
+  if (Err.empty())
+    Dev.D->trace(Slots);
   writeAll(Fd, JitMs, sizeof JitMs);
   if (Err.empty())
     Err = rawAmInit(S, Fd, CudaAmId, onCuda, &S);
@@ -350,8 +374,16 @@ int serveRaw(int Fd, void *Arg) {
         "the client's messages");
   if (Err.empty())
     Err = drainStream(S);
+  RawTrace Trace;
+  Trace.Messages = Pings + A.G.Msgs;
+  for (unsigned I = 0; I < tc::cuda::NumEntryPoints; ++I) {
+    Trace.Calls[I] = Slots[I].Calls.load();
+    Trace.Nanos[I] = Slots[I].Nanos.load();
+  }
   if (Err.empty())
     Err = rawSendNow(S, CudaAmId, &Pong, 1);
+  if (Err.empty())
+    writeAll(Fd, &Trace, sizeof Trace);
   rawAwaitGoodbye(Fd, Err);
   if (Err.empty() && !S.Err.empty())
     Err = S.Err;
@@ -407,6 +439,14 @@ std::string driveRaw(int Fd, void *Arg) {
         C.W, [&] { return C.Pongs >= Pings + 1; }, "the last pong");
   if (Err.empty())
     A.Rate = double(A.G.Msgs) / secondsSince(T0);
+  RawTrace Trace;
+  if (Err.empty() && !readAll(Fd, &Trace, sizeof Trace))
+    Err = "the cuda_raw server sent no trace";
+  for (unsigned I = 0; Err.empty() && I < tc::cuda::NumEntryPoints; ++I)
+    if (Trace.Calls[I])
+      A.Calls[tc::cuda::entryPointSymbol(I)] = {
+          double(Trace.Calls[I]) / double(Trace.Messages),
+          double(Trace.Nanos[I]) / 1e3 / double(Trace.Messages)};
   char Bye = 0;
   writeAll(Fd, &Bye, 1);
   rawClose(C);
@@ -419,6 +459,40 @@ std::string driveRaw(int Fd, void *Arg) {
 
 double parseMs(const std::smatch &M) { return std::stod(M[1].str()); }
 
+/// tc-serve --gpu-trace's report (GpuTarget::traceReport) in \p Out: the
+/// driver calls per launch, and the hops between the target and its worker.
+void parseTrace(const std::string &Out, CallCosts &Calls,
+                std::map<std::string, double> &Hops) {
+  static const std::regex Call("gpu trace: call (\\S+) ([0-9.]+) per launch, "
+                               "[0-9.]+ us each, ([0-9.]+) us per launch");
+  static const std::regex Hop("gpu trace: hop command ([0-9.]+) us, "
+                              "completion ([0-9.]+) us, device ([0-9.]+) us");
+  std::istringstream Lines(Out);
+  for (std::string L; std::getline(Lines, L);) {
+    std::smatch M;
+    if (std::regex_search(L, M, Call))
+      Calls[M[1].str()] = {std::stod(M[2].str()), std::stod(M[3].str())};
+    else if (std::regex_search(L, M, Hop)) {
+      Hops["hop_command"] = std::stod(M[1].str());
+      Hops["hop_completion"] = std::stod(M[2].str());
+      Hops["device"] = std::stod(M[3].str());
+    }
+  }
+}
+
+/// Records a side's driver calls per message (tsi's breakdown).
+void addCalls(const std::string &Mode, const CallCosts &Calls) {
+  double Total = 0;
+  for (const auto &KV : Calls) {
+    Total += KV.second.Us;
+    if (KV.second.Calls < 0.01)
+      continue; // Made once (start-up, the first contact), not per message.
+    add("tsi", Mode, "driver_calls_" + KV.first, KV.second.Calls, "calls");
+    add("tsi", Mode, "driver_us_" + KV.first, KV.second.Us, "us");
+  }
+  add("tsi", Mode, "driver_us_total", Total, "us");
+}
+
 int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
   std::string Gtsi = archivePath(O.IfuncPath, "gtsi");
   char Tmpl[] = "/tmp/tc-bench-gpu-XXXXXX";
@@ -427,11 +501,14 @@ int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
   std::string Cache = Tmpl;
   static const std::regex Loaded(
       "loaded gtsi [0-9a-f]+ \\(([0-9.]+) ms, ([^)]*)\\)");
+  static const std::regex Split("lowered in ([0-9.]+) ms, loaded by the "
+                                "driver in ([0-9.]+) ms");
 
   // First contact, then steady state, on a target with an empty cache.
   note("tsi --gpu: tc-serve --gpu " + std::to_string(G.Device) +
        ", first contact and steady state");
-  Child S = startGpuServer(G, {"--cache-dir", Cache}, "tc-serve --gpu");
+  Child S = startGpuServer(G, {"--cache-dir", Cache, "--gpu-trace"},
+                           "tc-serve --gpu");
   std::string Log;
   ClientWorker C;
   makeClient(C, O.IfuncPath, false);
@@ -453,6 +530,13 @@ int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
   double ColdMs = parseMs(Cold);
   if (Cold[2].str().find("disk cache") != std::string::npos)
     die("the first load of gtsi came from a disk cache that was empty");
+  std::string ColdLine = Cold.suffix().str();
+  std::smatch ColdSplit;
+  double ColdPtxMs = 0, ColdJitMs = 0;
+  if (std::regex_search(ColdLine, ColdSplit, Split)) {
+    ColdPtxMs = std::stod(ColdSplit[1].str());
+    ColdJitMs = std::stod(ColdSplit[2].str());
+  }
   std::vector<double> Rtt;
   for (uint64_t I = 0; I < G.Warmup + G.Iters; ++I) {
     auto T = Clock::now();
@@ -468,7 +552,11 @@ int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
     die("the GPU target counted " + std::to_string(Count) + " gtsi messages, " +
         std::to_string(Want) + " were sent");
   tc_msg_free(M);
-  stopServer(S);
+  CallCosts TcCalls;
+  std::map<std::string, double> Hops;
+  parseTrace(Log + stopServerCollect(S), TcCalls, Hops);
+  if (TcCalls.empty())
+    die("tc-serve --gpu-trace printed no driver calls");
 
   // A restarted target finds gtsi's machine code in the cache directory.
   note("tsi --gpu: first contact from the disk cache");
@@ -518,6 +606,14 @@ int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
   add("tsi", "first_contact", "driver_first_jit", A.WarmJitMs, "ms");
   add("tsi", "first_contact", "cold/driver_jit", ColdMs / A.DriverJitMs, "x");
   add("tsi", "first_contact", "disk_cache_load", DiskMs, "ms");
+  add("tsi", "first_contact", "cold_ptx", ColdPtxMs, "ms");
+  add("tsi", "first_contact", "cold_driver_load", ColdJitMs, "ms");
+  // Where a message's time goes: the driver calls on each side, and tc's
+  // hops to its GPU worker and back.
+  addCalls("gpu", TcCalls);
+  addCalls("cuda_raw", A.Calls);
+  for (const auto &KV : Hops)
+    add("tsi", "gpu", KV.first, KV.second, "us");
   return 0;
 }
 
@@ -716,9 +812,28 @@ int runGpu(const std::string &Scenario, const CommonOptions &O,
   // run into a cache hit: off for the targets and references we start.
   setenv("CUDA_CACHE_DISABLE", "1", 1);
   // tc-serve prints its worker address with -v: connect by it, as the
-  // other scenarios do over shared memory.
+  // other scenarios do over shared memory. Its listener serves tc-send's
+  // read-backs, whose wire-up needs tcp: every process here gets the same
+  // transports (UCX 1.13 asserts in a server whose peer connected by
+  // address with fewer).
   selectTransport(O.Transport, /*Loopback=*/true);
-  pinClientAndServer(O.Pin);
+  if (!ClientServerTls.empty()) {
+    setenv("UCX_TLS", ClientServerTls.c_str(), 1);
+    ClientServerTls.clear();
+  }
+  // The target has two busy processes (tc-serve and its GPU worker, which
+  // inherits its CPUs): a CPU each, beside the client's; cuda_raw's one
+  // server process has the first of them.
+  cpu_set_t All;
+  int Third = -1;
+  if (sched_getaffinity(0, sizeof All, &All) == 0)
+    for (int Cpu = 0, Seen = 0; Cpu < CPU_SETSIZE; ++Cpu)
+      if (CPU_ISSET(Cpu, &All) && ++Seen == 3) {
+        Third = Cpu;
+        break;
+      }
+  if (pinClientAndServer(O.Pin))
+    ServerCpu2 = Third;
   int RC = Scenario == "tsi" ? runTsiGpu(O, G) : runSssGpu(O, G);
   printRecords(Out, O.Fmt);
   return RC;

@@ -284,6 +284,19 @@ typedef struct tc_worker_stats {
 
 const char *tc_status_string(tc_status_t status);
 
+/* --- Error text (issue #42) */
+/** @brief The message of the last error libtc reported on this thread (the
+ *  line it logs, without `tc: error: `), or "" before the first. A call
+ *  that returned an error status, or a completion callback called with
+ *  one, may read it at once; it stays valid until the next error on this
+ *  thread. For bindings that turn errors into exceptions. */
+const char *tc_last_error(void);
+/** @brief Non-zero (the default): errors are logged to stderr as
+ *  `tc: error: ...`; zero: they are only kept for tc_last_error().
+ *  Process-wide; returns the previous setting. */
+int         tc_set_error_logging(int enable);
+/* --- end error text */
+
 /** @brief Create a context. */
 tc_status_t tc_context_create(const tc_context_params_t *params,
                               tc_context_h *context_p);
@@ -317,6 +330,13 @@ void        tc_worker_release_address(tc_worker_h worker, void *address);
 /** @brief target_args for NAME_main of ifunc @p name (NULL: every ifunc). */
 tc_status_t tc_worker_set_target_args(tc_worker_h worker, const char *name,
                                       void *target_args);
+/** @brief Expose [@p base, @p base + @p size) to senders' region reads
+ *  (tc_ep_read_region_nb(), `tc-send --read-back`), as tc-serve exposes
+ *  its target memory; NULL and 0: none (the default: reads are refused
+ *  with TC_ERR_REMOTE). The memory must stay valid until the worker is
+ *  destroyed or this is called again. */
+tc_status_t tc_worker_set_region(tc_worker_h worker, const void *base,
+                                 size_t size);
 tc_status_t tc_worker_query_stats(tc_worker_h worker,
                                   tc_worker_stats_t *stats_p);
 /** @brief Unload every ifunc this worker loaded as a target (frees its JIT
@@ -352,6 +372,19 @@ tc_status_t tc_ep_connect_address(tc_worker_h worker, const void *address,
 /** @brief Non-blocking flush: @p cb runs once the target has processed
  *  (run or rejected) every message sent on @p ep before this call. */
 tc_status_t tc_ep_flush_nb(tc_ep_h ep, tc_send_cb_t cb, void *arg);
+/** Completion of tc_ep_read_region_nb(): @p data holds @p size bytes on
+ *  TC_OK (valid during the call only), NULL on an error. */
+typedef void (*tc_read_cb_t)(void *arg, tc_status_t status, const void *data,
+                             size_t size);
+/** @brief Read up to @p length bytes of the memory the target exposes (its
+ *  region: tc-serve's --region-size bytes, the target_args its ifuncs
+ *  get). The read is ordered after every message sent on @p ep before it,
+ *  so its answer also says the target processed them (as a flush does).
+ *  Returns TC_INPROGRESS; @p cb runs from tc_worker_progress() with the
+ *  bytes, or with TC_ERR_REMOTE (the target exposes no region),
+ *  TC_ERR_CONNECTION_RESET (the connection went) or TC_ERR_IO. */
+tc_status_t tc_ep_read_region_nb(tc_ep_h ep, size_t length, tc_read_cb_t cb,
+                                 void *arg);
 /* --- PMIx bootstrap (issue #20) */
 /** @brief This process's rank and the job's size (a TC_BOOTSTRAP_PMIX
  *  worker; TC_ERR_INVALID_PARAM for others). Either output may be NULL. */
@@ -412,6 +445,52 @@ void        tc_msg_free(tc_msg_h msg);
  *  when this returns. */
 tc_status_t tc_ep_send_local(tc_ep_h ep, const char *name, const void *payload,
                              size_t size, tc_send_cb_t cb, void *arg);
+
+/* --- Archive inspection (issue #42) */
+/** One member of an archive, as `tc-ar list` and `tc-ar dump` show it. */
+typedef struct tc_archive_member {
+    const char *triple;      /**< Normalized target triple. */
+    const char *cpu;         /**< "" for the triple's generic CPU. */
+    const char *features;    /**< "+feat,-feat,..."; "" for none. */
+    const char *kind;        /**< "bitcode" or "object". */
+    const char *role;        /**< "target" (ships) or "source" (sender). */
+    const char *compression; /**< "none", "zstd" or "zstd-dict". */
+    size_t      size;        /**< Image bytes, uncompressed. */
+    size_t      stored_size; /**< Image bytes as stored in the archive. */
+    const char *const *symbols; /**< External symbols the image needs. */
+    size_t      symbol_count;
+    uint8_t     digest[32];  /**< The member's identity (BLAKE3). */
+} tc_archive_member_t;
+
+/** A signature an archive carries. */
+typedef struct tc_archive_signature {
+    const char *key_id;   /**< Key ID of the signer, as tc-ar prints it. */
+    int         verifies; /**< Non-zero: it verifies over the archive's hash. */
+} tc_archive_signature_t;
+
+/** What tc_archive_inspect() read; one allocation, freed by
+ *  tc_archive_info_free(). */
+typedef struct tc_archive_info {
+    const char    *name;           /**< The ifunc's name. */
+    uint8_t        hash[32];       /**< The content hash (the identity). */
+    unsigned       format_version; /**< The archive format version read. */
+    const tc_archive_member_t *members;
+    size_t         member_count;
+    const char *const *deps;       /**< Shared libraries targets load. */
+    size_t         dep_count;
+    const tc_archive_signature_t *signatures;
+    size_t         signature_count;
+    size_t         omitted_count;  /**< Members a thin copy lists by digest. */
+} tc_archive_info_t;
+
+/** @brief Read an archive (tc-cc's or tc-ar's output) from memory for
+ *  inspection: structure and content hash are checked as a target checks
+ *  them (TC_ERR_BAD_ARCHIVE with the reader's message otherwise). No code
+ *  is compiled or run. */
+tc_status_t tc_archive_inspect(const void *archive, size_t size,
+                               tc_archive_info_t **info_p);
+void        tc_archive_info_free(tc_archive_info_t *info);
+/* --- end archive inspection */
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #include "bootstrap/Bootstrap.h"
 #include "protocol/Runtime.h"
 
+#include "tc/Archive.h"
+
 #include "llvm/Support/raw_ostream.h"
 
 #include <atomic>
@@ -31,6 +33,7 @@ struct tc_context {
 struct tc_ep {
   tc_worker *W;
   ConnId Conn;
+  std::string Closed; ///< Why the connection went, once Conn is 0.
 };
 
 /// A tc_worker_barrier_nb() in flight. PMIx completes it on its own thread:
@@ -71,11 +74,20 @@ struct tc_msg {
 
 namespace {
 
-/// Logs \p Msg as `tc: error: Msg`. The same message again right after it
-/// is counted, and printed only at its 1st, 2nd, 4th, 8th, ... repeat with
-/// the count: a stream of sends to a dead peer writes a few lines, not one
-/// per send. Workers may fail on several threads at once.
+/// The last error on this thread, for tc_last_error().
+thread_local std::string LastError;
+/// tc_set_error_logging(): whether logError() writes to stderr.
+std::atomic<bool> LogErrors{true};
+
+/// Keeps \p Msg for tc_last_error() and logs it as `tc: error: Msg`. The
+/// same message again right after it is counted, and printed only at its
+/// 1st, 2nd, 4th, 8th, ... repeat with the count: a stream of sends to a
+/// dead peer writes a few lines, not one per send. Workers may fail on
+/// several threads at once.
 void logError(std::string Msg) {
+  LastError = Msg;
+  if (!LogErrors.load(std::memory_order_relaxed))
+    return;
   struct Log {
     std::mutex Mu;
     std::string Last;
@@ -105,6 +117,15 @@ tc_status_t fail(tc_status_t S, const char *What) {
   return fail(S, llvm::createStringError(What));
 }
 
+/// The failure of a call on an endpoint whose connection went: the reason
+/// the transport gave ("connection to HOST:PORT lost: ...").
+tc_status_t failClosed(const tc_ep *E, const char *Who) {
+  return fail(TC_ERR_CONNECTION_RESET,
+              llvm::createStringError("%s: connection closed%s%s", Who,
+                                      E->Closed.empty() ? "" : ": ",
+                                      E->Closed.c_str()));
+}
+
 tc_status_t fromWire(WireStatus S) {
   switch (S) {
   case WireStatus::BadArchive:
@@ -128,6 +149,12 @@ std::vector<std::string> splitPath(const char *P) {
 } // namespace
 
 extern "C" {
+
+const char *tc_last_error(void) { return LastError.c_str(); }
+
+int tc_set_error_logging(int Enable) {
+  return LogErrors.exchange(Enable != 0) ? 1 : 0;
+}
 
 const char *tc_status_string(tc_status_t Status) {
   // Any int may arrive from C: switch on the integer, not the enum.
@@ -334,7 +361,7 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
   W->RT->onAccept([Raw](ConnId Conn) {
     if (!Raw->AcceptCB)
       return;
-    auto *E = new (std::nothrow) tc_ep{Raw, Conn};
+    auto *E = new (std::nothrow) tc_ep{Raw, Conn, {}};
     if (!E) {
       fail(TC_ERR_NO_MEMORY, "accepting a connection: out of memory");
       Raw->RT->transport().disconnect(Conn);
@@ -343,10 +370,11 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
     Raw->Eps[Conn] = E;
     Raw->AcceptCB(Raw->AcceptArg, E);
   });
-  W->RT->onDisconnect([Raw](ConnId Conn, llvm::StringRef) {
+  W->RT->onDisconnect([Raw](ConnId Conn, llvm::StringRef Why) {
     auto It = Raw->Eps.find(Conn);
     if (It != Raw->Eps.end()) {
       It->second->Conn = 0; // Stale: later sends fail at once.
+      It->second->Closed = Why.str();
       Raw->Eps.erase(It);   // tc_ep_destroy() no longer finds it here.
     }
   });
@@ -470,6 +498,14 @@ tc_status_t tc_worker_set_target_args(tc_worker_h W, const char *Name,
   return TC_OK;
 }
 
+tc_status_t tc_worker_set_region(tc_worker_h W, const void *Base,
+                                 size_t Size) {
+  if (!W || (!Base && Size))
+    return fail(TC_ERR_INVALID_PARAM, "tc_worker_set_region: NULL argument");
+  W->RT->setRegion(Base, Base ? Size : 0);
+  return TC_OK;
+}
+
 tc_status_t tc_worker_evict_code(tc_worker_h W) {
   if (!W)
     return fail(TC_ERR_INVALID_PARAM, "tc_worker_evict_code: worker is NULL");
@@ -525,7 +561,7 @@ static tc_status_t newEp(tc_worker_h W, llvm::Expected<ConnId> C,
                          tc_ep_h *Out) {
   if (!C)
     return fail(TC_ERR_UNREACHABLE, C.takeError());
-  auto *E = new (std::nothrow) tc_ep{W, *C};
+  auto *E = new (std::nothrow) tc_ep{W, *C, {}};
   if (!E)
     return fail(TC_ERR_NO_MEMORY, "tc_ep_connect: out of memory");
   W->Eps[*C] = E;
@@ -550,10 +586,27 @@ tc_status_t tc_ep_connect_address(tc_worker_h W, const void *Addr, size_t Len,
                Out);
 }
 
-/// Completion callbacks: llvm::Error to a status, through fail().
-/// The status a send or flush completion reports.
+/// Completion callbacks: llvm::Error to a status, through fail(). The
+/// runtime marks the errors of a connection that went with
+/// errc::connection_reset, a target's refusal with
+/// errc::operation_not_permitted (Runtime.h); anything else is the
+/// transport's (TC_ERR_IO).
 static tc_status_t completionStatus(llvm::Error E) {
-  return E ? fail(TC_ERR_IO, std::move(E)) : TC_OK;
+  if (!E)
+    return TC_OK;
+  std::error_code EC;
+  std::string Msg;
+  llvm::handleAllErrors(std::move(E), [&](const llvm::ErrorInfoBase &I) {
+    if (!EC)
+      EC = I.convertToErrorCode();
+    Msg += Msg.empty() ? I.message() : "; " + I.message();
+  });
+  tc_status_t S = TC_ERR_IO;
+  if (EC == std::errc::connection_reset)
+    S = TC_ERR_CONNECTION_RESET;
+  else if (EC == std::errc::operation_not_permitted)
+    S = TC_ERR_REMOTE;
+  return fail(S, llvm::createStringError(Msg));
 }
 
 static llvm::unique_function<void(llvm::Error)> completion(tc_send_cb_t CB,
@@ -626,9 +679,25 @@ static tc_status_t startFlush(tc_ep_h E, const char *Who,
     return fail(TC_ERR_INVALID_PARAM,
                 llvm::createStringError("%s: bad endpoint", Who));
   if (!E->Conn)
-    return fail(TC_ERR_CONNECTION_RESET,
-                llvm::createStringError("%s: connection closed", Who));
+    return failClosed(E, Who);
   E->W->RT->fence(E->Conn, std::move(Done));
+  return TC_INPROGRESS;
+}
+
+tc_status_t tc_ep_read_region_nb(tc_ep_h E, size_t Length, tc_read_cb_t CB,
+                                 void *Arg) {
+  if (!E || !E->W || !CB)
+    return fail(TC_ERR_INVALID_PARAM, "tc_ep_read_region_nb: NULL argument");
+  if (!E->Conn)
+    return failClosed(E, "tc_ep_read_region_nb");
+  E->W->RT->readRegion(E->Conn, Length,
+                       [CB, Arg](llvm::Expected<std::string> D) {
+                         if (!D)
+                           CB(Arg, completionStatus(D.takeError()), nullptr,
+                              0);
+                         else
+                           CB(Arg, TC_OK, D->data(), D->size());
+                       });
   return TC_INPROGRESS;
 }
 
@@ -755,7 +824,7 @@ tc_status_t tc_msg_send(tc_ep_h E, tc_msg_h M, tc_send_cb_t CB, void *Arg) {
   if (!E || !E->W || !M)
     return fail(TC_ERR_INVALID_PARAM, "tc_msg_send: NULL argument");
   if (!E->Conn)
-    return fail(TC_ERR_CONNECTION_RESET, "tc_msg_send: connection closed");
+    return failClosed(E, "tc_msg_send");
   if (!CB) // Nothing to keep per send: the runtime's fast path.
     E->W->RT->send(E->Conn, M->M);
   else
@@ -790,13 +859,88 @@ tc_status_t tc_ep_send_local(tc_ep_h E, const char *Name, const void *Payload,
   if (!E || !E->W || !Name || (!Payload && Size))
     return fail(TC_ERR_INVALID_PARAM, "tc_ep_send_local: NULL argument");
   if (!E->Conn)
-    return fail(TC_ERR_CONNECTION_RESET, "tc_ep_send_local: connection "
-                                         "closed");
+    return failClosed(E, "tc_ep_send_local");
   E->W->RT->sendLocal(
       E->Conn, Name,
       llvm::StringRef(static_cast<const char *>(Payload), Size),
       completion(CB, Arg));
   return TC_INPROGRESS;
+}
+
+/// What tc_archive_inspect() hands out: the C view first (a base, so
+/// tc_archive_info_free() finds the rest), then the storage it points into.
+struct ArchiveInfo : tc_archive_info_t {
+  tc::Archive A;
+  std::vector<std::string> Strings; ///< Names of kinds, roles, key IDs.
+  std::vector<std::vector<const char *>> Symbols;
+  std::vector<tc_archive_member_t> Members;
+  std::vector<const char *> Deps;
+  std::vector<tc_archive_signature_t> Signatures;
+};
+
+tc_status_t tc_archive_inspect(const void *Bytes, size_t Size,
+                               tc_archive_info_t **Out) {
+  if (!Bytes || !Out)
+    return fail(TC_ERR_INVALID_PARAM, "tc_archive_inspect: NULL argument");
+  llvm::Expected<tc::Archive> A = tc::readArchive(llvm::MemoryBufferRef(
+      llvm::StringRef(static_cast<const char *>(Bytes), Size), "archive"));
+  if (!A)
+    return fail(TC_ERR_BAD_ARCHIVE, A.takeError());
+  auto I = std::make_unique<ArchiveInfo>();
+  I->A = std::move(*A);
+  const tc::Archive &Ar = I->A;
+  // Every string is stored before any pointer into Strings is taken.
+  for (const tc::Member &M : Ar.Members) {
+    I->Strings.push_back(tc::imageKindName(M.Kind).str());
+    I->Strings.push_back(tc::roleName(M.TheRole).str());
+    I->Strings.push_back(tc::compressionName(M.Compress).str());
+  }
+  tc::ArchiveHash Signed = tc::signedHash(Ar);
+  for (const tc::ArchiveSignature &S : Ar.Signatures)
+    I->Strings.push_back(tc::keyId(S.Key));
+  size_t Next = 0;
+  I->Symbols.resize(Ar.Members.size());
+  for (size_t K = 0; K < Ar.Members.size(); ++K) {
+    const tc::Member &M = Ar.Members[K];
+    tc_archive_member_t C{};
+    C.triple = M.Triple.c_str();
+    C.cpu = M.CPU.c_str();
+    C.features = M.Features.c_str();
+    C.kind = I->Strings[Next++].c_str();
+    C.role = I->Strings[Next++].c_str();
+    C.compression = I->Strings[Next++].c_str();
+    C.size = M.Image.size();
+    C.stored_size = M.Compress == tc::Compression::None ? M.Image.size()
+                                                        : M.Layout.ImageSize;
+    for (const std::string &Sym : M.Symbols)
+      I->Symbols[K].push_back(Sym.c_str());
+    C.symbols = I->Symbols[K].data();
+    C.symbol_count = M.Symbols.size();
+    tc::MemberDigest D = tc::memberDigest(M);
+    std::memcpy(C.digest, D.data(), D.size());
+    I->Members.push_back(C);
+  }
+  for (const tc::ArchiveSignature &S : Ar.Signatures)
+    I->Signatures.push_back({I->Strings[Next++].c_str(),
+                             tc::signatureVerifies(S, Signed) ? 1 : 0});
+  for (const std::string &D : Ar.Deps)
+    I->Deps.push_back(D.c_str());
+  I->name = Ar.Name.c_str();
+  std::memcpy(I->hash, Ar.Hash.data(), Ar.Hash.size());
+  I->format_version = Ar.FormatVersion;
+  I->members = I->Members.data();
+  I->member_count = I->Members.size();
+  I->deps = I->Deps.data();
+  I->dep_count = I->Deps.size();
+  I->signatures = I->Signatures.data();
+  I->signature_count = I->Signatures.size();
+  I->omitted_count = Ar.Omitted.size();
+  *Out = I.release();
+  return TC_OK;
+}
+
+void tc_archive_info_free(tc_archive_info_t *Info) {
+  delete static_cast<ArchiveInfo *>(Info);
 }
 
 } // extern "C"

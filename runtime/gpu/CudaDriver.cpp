@@ -6,6 +6,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstdlib>
+#include <ctime>
 #include <dlfcn.h>
 
 using namespace llvm;
@@ -69,7 +70,7 @@ Expected<std::unique_ptr<Driver>> Driver::load(StringRef Library) {
     if (!P)                                                                    \
       return createStringError(                                                \
           formatv("the CUDA driver {0} lacks {1}: tc needs a driver of CUDA "  \
-                  "11.0 or later",                                             \
+                  "11.2 or later",                                             \
                   Lib, Symbol)                                                 \
               .str());                                                         \
     D->Name = reinterpret_cast<decltype(D->Name)>(P);                          \
@@ -97,6 +98,59 @@ Error Driver::check(CUresult R, const char *Call) const {
   if (LLVM_LIKELY(R == CUDA_SUCCESS))
     return Error::success();
   return make_error<CudaError>(Call, R, describe(R));
+}
+
+const char *entryPointSymbol(unsigned I) {
+  static const char *const Symbols[] = {
+#define TC_CUDA_SYMBOL(Name, Symbol, Params) Symbol,
+      TC_CUDA_ENTRY_POINTS(TC_CUDA_SYMBOL)
+#undef TC_CUDA_SYMBOL
+  };
+  return I < NumEntryPoints ? Symbols[I] : "?";
+}
+
+namespace {
+/// Where traced calls count themselves (Driver::trace).
+struct TraceSink {
+  std::atomic<uint64_t> *Calls = nullptr, *Nanos = nullptr;
+  size_t Stride = 0;
+} Sink;
+
+uint64_t nowNs() {
+  timespec T;
+  clock_gettime(CLOCK_MONOTONIC, &T);
+  return uint64_t(T.tv_sec) * 1000000000u + uint64_t(T.tv_nsec);
+}
+
+/// A traced entry point: times the driver's function \p I.
+template <unsigned I, typename F> struct Traced;
+template <unsigned I, typename... A> struct Traced<I, CUresult (*)(A...)> {
+  static inline CUresult (*Real)(A...) = nullptr;
+  static CUresult call(A... Args) {
+    uint64_t T0 = nowNs();
+    CUresult R = Real(Args...);
+    uint64_t T1 = nowNs();
+    auto *C = reinterpret_cast<std::atomic<uint64_t> *>(
+        reinterpret_cast<char *>(Sink.Calls) + I * Sink.Stride);
+    auto *N = reinterpret_cast<std::atomic<uint64_t> *>(
+        reinterpret_cast<char *>(Sink.Nanos) + I * Sink.Stride);
+    C->fetch_add(1, std::memory_order_relaxed);
+    N->fetch_add(T1 - T0, std::memory_order_relaxed);
+    return R;
+  }
+};
+} // namespace
+
+void Driver::traceInto(std::atomic<uint64_t> *Calls,
+                       std::atomic<uint64_t> *Nanos, size_t Stride) {
+  Sink = {Calls, Nanos, Stride};
+#define TC_CUDA_TRACE(Name, Symbol, Params)                                    \
+  if (Name != &Traced<Entry_##Name, decltype(Name)>::call) {                   \
+    Traced<Entry_##Name, decltype(Name)>::Real = Name;                         \
+    Name = &Traced<Entry_##Name, decltype(Name)>::call;                        \
+  }
+  TC_CUDA_ENTRY_POINTS(TC_CUDA_TRACE)
+#undef TC_CUDA_TRACE
 }
 
 std::string driverVersionText(int Version) {

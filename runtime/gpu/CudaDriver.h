@@ -22,7 +22,9 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -67,6 +69,7 @@ enum : CUresult {
   CUDA_ERROR_INVALID_ADDRESS_SPACE = 717,
   CUDA_ERROR_INVALID_PC = 718,
   CUDA_ERROR_LAUNCH_FAILED = 719,
+  CUDA_ERROR_NOT_SUPPORTED = 801,
 };
 
 // CUdevice_attribute values.
@@ -108,6 +111,8 @@ enum : unsigned {
   CU_EVENT_DISABLE_TIMING = 0x2,
   CU_MEMHOSTALLOC_PORTABLE = 0x01,
   CU_MEMHOSTALLOC_DEVICEMAP = 0x02,
+  CU_MEMHOSTREGISTER_PORTABLE = 0x01,
+  CU_MEMHOSTREGISTER_DEVICEMAP = 0x02,
 };
 
 /// The entry points tc uses: X(member, exported symbol, parameter list).
@@ -149,6 +154,10 @@ enum : unsigned {
   X(cuMemFreeHost, "cuMemFreeHost", (void *))                                  \
   X(cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                 \
     (CUdeviceptr *, void *, unsigned))                                         \
+  X(cuMemHostRegister, "cuMemHostRegister_v2", (void *, size_t, unsigned))     \
+  X(cuMemHostUnregister, "cuMemHostUnregister", (void *))                      \
+  X(cuMemAllocAsync, "cuMemAllocAsync", (CUdeviceptr *, size_t, CUstream))     \
+  X(cuMemFreeAsync, "cuMemFreeAsync", (CUdeviceptr, CUstream))                 \
   X(cuLinkCreate, "cuLinkCreate_v2",                                           \
     (unsigned, CUjit_option *, void **, CUlinkState *))                        \
   X(cuLinkAddData, "cuLinkAddData_v2",                                         \
@@ -157,6 +166,8 @@ enum : unsigned {
   X(cuLinkComplete, "cuLinkComplete", (CUlinkState, void **, size_t *))        \
   X(cuLinkDestroy, "cuLinkDestroy", (CUlinkState))                             \
   X(cuModuleLoadData, "cuModuleLoadData", (CUmodule *, const void *))          \
+  X(cuModuleLoadDataEx, "cuModuleLoadDataEx",                                  \
+    (CUmodule *, const void *, unsigned, CUjit_option *, void **))             \
   X(cuModuleUnload, "cuModuleUnload", (CUmodule))                              \
   X(cuModuleGetFunction, "cuModuleGetFunction",                                \
     (CUfunction *, CUmodule, const char *))                                    \
@@ -171,6 +182,16 @@ enum : unsigned {
   X(cuEventQuery, "cuEventQuery", (CUevent))                                   \
   X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                            \
   X(cuFuncGetAttribute, "cuFuncGetAttribute", (int *, int, CUfunction))
+
+/// The entry points' indices, in TC_CUDA_ENTRY_POINTS's order.
+enum EntryPoint : unsigned {
+#define TC_CUDA_INDEX(Name, Symbol, Params) Entry_##Name,
+  TC_CUDA_ENTRY_POINTS(TC_CUDA_INDEX)
+#undef TC_CUDA_INDEX
+      NumEntryPoints
+};
+/// The exported symbol of entry point \p I ("cuMemAlloc_v2").
+const char *entryPointSymbol(unsigned I);
 
 /// The environment variable that names the driver library instead of
 /// libcuda.so.1 (a path or a soname, for dlopen).
@@ -224,6 +245,13 @@ public:
   /// The library that was loaded, as given to dlopen.
   const std::string &library() const { return Library; }
 
+  /// From now on every call through this table counts itself and the
+  /// nanoseconds it took in \p Slots (NumEntryPoints pairs of atomics,
+  /// which may live in shared memory). One driver per process may trace.
+  template <typename Slot> void trace(Slot *Slots) {
+    traceInto(&Slots[0].Calls, &Slots[0].Nanos, sizeof(Slot));
+  }
+
   /// Success, or a CudaError naming \p Call and the driver's error.
   llvm::Error check(CUresult R, const char *Call) const;
   /// "CUDA_ERROR_X (description)", or "CUresult N" if the driver has no
@@ -236,6 +264,8 @@ public:
 
 private:
   Driver() = default;
+  void traceInto(std::atomic<uint64_t> *Calls, std::atomic<uint64_t> *Nanos,
+                 size_t Stride);
   void *Handle = nullptr;
   std::string Library;
 };

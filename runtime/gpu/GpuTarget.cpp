@@ -1,59 +1,84 @@
 //===- GpuTarget.cpp - Run ifuncs' GPU members on one CUDA device ---------===//
 
 #include "gpu/GpuTarget.h"
+#include "gpu/GpuCache.h"
+#include "gpu/GpuWorker.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Config/llvm-config.h"
-#include "llvm/Support/BLAKE3.h"
-#include "llvm/Support/Endian.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cstring>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
 using namespace llvm;
-using namespace tc::cuda;
-using Clock = std::chrono::steady_clock;
+using namespace tc::gpu;
 
 namespace tc {
 
-/// Threads a block has at most (tc_thread_count() is the grid's total:
-/// NAME_threads rounded up to whole blocks).
-constexpr unsigned BlockThreads = 256;
-/// Staging allocations are aligned to this.
+/// Staging pieces are aligned to this.
 constexpr size_t StageAlign = 256;
+/// How often the owner thread looks whether its worker still runs.
+constexpr uint64_t LivenessCheckNs = 1000000;
+/// A worker that stops turning its loop for this long (or twice the time
+/// limit, if longer) while work is in flight is ended: it is stuck in the
+/// driver. Only with a time limit, which asks for runaways to be stopped.
+constexpr uint64_t StallNs = 1000000000;
 
-/// A piece of the staging ring, released in allocation order.
-struct GpuTarget::Alloc {
-  size_t Begin = 0, End = 0; ///< Ring positions (counted over all laps).
-  bool Done = false;
+/// A command of a connection that the worker has not answered yet.
+struct GpuTarget::Pending {
+  CmdKind Kind = CmdKind::Fence;
+  uint64_t Seq = 0;     ///< The command's tag.
+  uint64_t Tag = 0;     ///< The Runtime's, when Answers.
+  bool Answers = false; ///< The last command of a Runtime operation.
+  GpuKernel *Kernel = nullptr; ///< Launch.
+  Alloc *Mem = nullptr;
+  std::shared_ptr<std::string> Data; ///< Read: the whole answer.
+  uint64_t DataOff = 0, Len = 0;     ///< Read: this piece.
 };
 
-/// One operation on a connection's stream.
-struct GpuTarget::Op {
-  GpuDone::Kind What = GpuDone::Launch;
-  uint64_t Tag = 0;
-  const GpuKernel *Kernel = nullptr; ///< Launch.
-  Alloc *Mem = nullptr; ///< Its payload or read buffer in the ring.
-  CUdeviceptr Big = 0;  ///< A payload too large for the ring.
-  uint64_t Length = 0;  ///< Read: bytes.
-  std::string Data;     ///< Read: a buffer too large for the ring.
-  /// Set on the last operation of a group: done when every operation of
-  /// the group (since the previous event) is.
-  CUevent Event = nullptr;
+/// An operation of the Runtime on its way into commands.
+struct GpuTarget::Work {
+  DeviceDone::Kind What = DeviceDone::Fence;
+  bool Close = false;
+  uint64_t Conn = 0, Tag = 0;
+  GpuKernel *Kernel = nullptr;
+  StringRef Payload;
+  std::string Owned; ///< The payload, once it is held back.
+  uint64_t Length = 0;
+  // How far it went.
+  uint64_t Big = 0, Sent = 0;
+  std::shared_ptr<std::string> Data;
 };
 
-struct GpuTarget::Stream {
-  uint64_t Conn = 0;
-  CUstream S = nullptr;
-  std::deque<Op> Ops;
-  /// When the front group became the front: its time limit runs from here.
-  Clock::time_point FrontSince;
-  bool Closing = false; ///< closeConnection(): destroyed once empty.
+/// A load, prewarm or cache link the worker answers.
+struct GpuTarget::Request {
+  CmdKind Kind = CmdKind::Load;
+  bool Waited = false; ///< Someone waits for the answer.
+  bool Done = false, Ok = false;
+  bool WorkerEnded = false;
+  std::string Error;
+  uint64_t A = 0, B = 0, C = 0;
+  Alloc *Mem = nullptr;
+  uint32_t Kernel = 0;
+  std::string About; ///< A reload: "ifunc 'NAME' (HASH) from ...".
 };
 
 void GpuTarget::event(const Twine &Msg) {
@@ -61,86 +86,64 @@ void GpuTarget::event(const Twine &Msg) {
     EventCB(Msg.str());
 }
 
-static Error loadError(LoadFailure K, const Twine &Msg) {
-  return make_error<LoadError>(K, Msg.str());
+static std::string doneText(const Done &R) {
+  return std::string(R.Text, R.TextLen);
 }
 
 //===----------------------------------------------------------------------===//
-// Start-up and the context
+// Start-up
 //===----------------------------------------------------------------------===//
 
 Expected<std::unique_ptr<GpuTarget>> GpuTarget::create(const GpuOptions &O) {
   std::unique_ptr<GpuTarget> G(new GpuTarget());
   G->Opts = O;
+  G->Owner = std::this_thread::get_id();
   if (O.RegionSize == 0)
     return createStringError("a GPU target needs a region of at least 1 byte");
-  Expected<std::unique_ptr<Driver>> D = Driver::load(O.Library);
-  if (!D)
-    return D.takeError();
-  G->D = std::move(*D);
-  Driver &Cu = *G->D;
+  G->Opts.StagingBytes = std::max<size_t>(
+      alignTo(O.StagingBytes, 65536), size_t(1) << 20);
   GpuInfo &I = G->Info;
-  I.Library = Cu.library();
   I.Device = O.Device;
-  if (CUresult R = Cu.cuInit(0)) {
-    if (R == CUDA_ERROR_NO_DEVICE)
-      return createStringError("no CUDA device: the driver (" + Cu.library() +
-                               ") found none (cuInit: " + Cu.describe(R) + ")");
-    return Cu.check(R, "cuInit");
+  I.Library = O.Library;
+  if (I.Library.empty()) {
+    const char *Env = std::getenv(cuda::DriverLibraryEnv);
+    I.Library = Env && *Env ? Env : cuda::DefaultDriverLibrary;
   }
-  if (Error E = TC_CU(Cu, cuDriverGetVersion, &I.DriverVersion))
-    return std::move(E);
-  int Count = 0;
-  if (Error E = TC_CU(Cu, cuDeviceGetCount, &Count))
-    return std::move(E);
-  if (Count == 0)
-    return createStringError("no CUDA device: the driver (" + Cu.library() +
-                             ") found none");
-  if (O.Device < 0 || O.Device >= Count)
-    return createStringError(formatv("no CUDA device {0}: this machine has "
-                                     "{1} (0 to {2})",
-                                     O.Device, Count, Count - 1)
-                                 .str());
-  if (Error E = TC_CU(Cu, cuDeviceGet, &G->Dev, O.Device))
-    return std::move(E);
-  char Name[256] = {};
-  if (Error E = TC_CU(Cu, cuDeviceGetName, Name, int(sizeof Name - 1), G->Dev))
-    return std::move(E);
-  I.Name = Name;
-  int Major = 0, Minor = 0, MapHost = 0;
-  if (Error E = joinErrors(
-          joinErrors(
-              TC_CU(Cu, cuDeviceGetAttribute, &Major,
-                    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, G->Dev),
-              TC_CU(Cu, cuDeviceGetAttribute, &Minor,
-                    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, G->Dev)),
-          joinErrors(TC_CU(Cu, cuDeviceGetAttribute, &I.Multiprocessors,
-                           CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, G->Dev),
-                     TC_CU(Cu, cuDeviceGetAttribute, &MapHost,
-                           CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, G->Dev))))
-    return std::move(E);
-  if (Error E = TC_CU(Cu, cuDeviceTotalMem, &I.Memory, G->Dev))
-    return std::move(E);
-  I.Arch = formatv("sm_{0}{1}", Major, Minor).str();
-  if (!MapHost)
+
+  // The memory shared with the worker.
+  G->Bytes = channelBytes(G->Opts.StagingBytes);
+  G->ShmFd = ::memfd_create("tc-gpu-channel", MFD_CLOEXEC);
+  if (G->ShmFd < 0 || ::ftruncate(G->ShmFd, off_t(G->Bytes)) != 0)
     return createStringError(
-        formatv("CUDA device {0} ({1}) cannot map host memory, which a GPU "
-                "target hands payloads to kernels in",
-                O.Device, I.Name)
-            .str());
+        std::string("cannot make the memory a GPU target shares with its "
+                    "worker: ") +
+        std::strerror(errno));
+  G->Base = ::mmap(nullptr, G->Bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                   G->ShmFd, 0);
+  if (G->Base == MAP_FAILED) {
+    G->Base = nullptr;
+    return createStringError(
+        std::string("cannot map the memory a GPU target shares with its "
+                    "worker: ") +
+        std::strerror(errno));
+  }
+  G->Ch.attach(G->Base, G->Opts.StagingBytes, /*Init=*/true);
+  G->Ch.H->Tracing.store(O.Trace);
+
+  {
+    std::unique_lock<std::mutex> L(G->Mu);
+    if (Error E = G->startWorker())
+      return std::move(E);
+    if (Error E = G->readHello(/*Block=*/true))
+      return std::move(E);
+  }
 
   unsigned Ptx = ptxVersionForDriver(I.DriverVersion);
-  if (!Ptx)
-    return createStringError(
-        formatv("the CUDA driver is version {0}; a GPU target needs 11.0 or "
-                "later",
-                driverVersionText(I.DriverVersion))
-            .str());
   Expected<std::unique_ptr<PtxCompiler>> PC = PtxCompiler::create(I.Arch, Ptx);
   if (!PC)
     return createStringError("CUDA device " + std::to_string(O.Device) + " (" +
                              I.Name + ", " + I.Arch + ", driver " +
-                             driverVersionText(I.DriverVersion) +
+                             cuda::driverVersionText(I.DriverVersion) +
                              "): " + toString(PC.takeError()));
   G->Ptx = std::move(*PC);
   I.CodeArch = G->Ptx->arch();
@@ -150,101 +153,607 @@ Expected<std::unique_ptr<GpuTarget>> GpuTarget::create(const GpuOptions &O) {
       return createStringError(EC, "cache directory '%s': %s",
                                O.CacheDir.c_str(), EC.message().c_str());
 
-  if (Error E = G->openContext())
-    return std::move(E);
-
   if (O.Prewarm) {
-    // Lower, link and load a built-in kernel once: LLVM's NVPTX paths and
-    // the driver's JIT (whose first link in a process costs several times
-    // a later one) are then warm for the first real load.
-    auto Start = Clock::now();
+    // Lower a built-in kernel once and have the worker JIT it: LLVM's NVPTX
+    // paths and the driver's JIT (whose first compile in a process costs
+    // several times a later one) are then warm for the first real load.
+    uint64_t Start = monoNanos();
     Expected<std::string> P = G->Ptx->prewarm();
     if (!P)
       return P.takeError();
-    GpuKernel K;
-    K.Kernel = "__tc_kernel_tc_prewarm";
-    K.Info.Name = "tc_prewarm";
-    Expected<std::string> Cubin = G->link(*P, "tc_prewarm");
-    if (!Cubin)
+    G->PrewarmPtx = std::move(*P);
+    std::unique_lock<std::mutex> L(G->Mu);
+    Expected<uint64_t> Seq =
+        G->request(CmdKind::Prewarm, 0, FlagPtx, 1, G->PrewarmPtx,
+                   ptxKernelName("tc_prewarm"));
+    if (!Seq)
       return createStringError("prewarming the GPU: " +
-                               toString(Cubin.takeError()));
-    K.Cubin = std::move(*Cubin);
-    {
-      std::lock_guard<std::mutex> L(G->CtxMutex);
-      if (Error E = G->loadModule(K))
-        return createStringError("prewarming the GPU: " +
-                                 toString(std::move(E)));
-    }
-    consumeError(TC_CU(Cu, cuModuleUnload, K.Module));
-    I.PrewarmMillis =
-        std::chrono::duration<double, std::milli>(Clock::now() - Start).count();
+                               toString(Seq.takeError()));
+    Request R;
+    if (Error E = G->await(*Seq, R))
+      return createStringError("prewarming the GPU: " + toString(std::move(E)));
+    if (!R.Ok)
+      return createStringError("prewarming the GPU: " + R.Error);
+    I.PrewarmMillis = double(monoNanos() - Start) / 1e6;
   }
   return std::move(G);
 }
 
-Error GpuTarget::openContext() {
-  Driver &Cu = *D;
-  if (Error E = TC_CU(Cu, cuDevicePrimaryCtxRetain, &Ctx, Dev))
-    return E;
-  if (Error E = TC_CU(Cu, cuCtxSetCurrent, Ctx))
-    return E;
-  if (Error E = TC_CU(Cu, cuMemAlloc, &Region, Opts.RegionSize))
+Error GpuTarget::startWorker() {
+  std::string Exe = Opts.WorkerPath;
+  if (Exe.empty()) {
+    char Buf[PATH_MAX];
+    ssize_t N = ::readlink("/proc/self/exe", Buf, sizeof Buf - 1);
+    if (N <= 0)
+      return createStringError(
+          std::string("cannot find this program to start its GPU worker: ") +
+          std::strerror(errno));
+    Exe.assign(Buf, size_t(N));
+  }
+  int SP[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, SP) != 0)
     return createStringError(
-        formatv("cannot allocate the region ({0} bytes) on CUDA device {1}: "
-                "{2}",
-                Opts.RegionSize, Opts.Device, toString(std::move(E)))
-            .str());
-  if (Error E = TC_CU(Cu, cuMemsetD8, Region, 0, Opts.RegionSize))
-    return E;
-  size_t Ring = std::max<size_t>(Opts.StagingBytes / StageAlign * StageAlign,
-                                 StageAlign * 16);
-  void *Host = nullptr;
-  if (Error E = TC_CU(Cu, cuMemHostAlloc, &Host, Ring,
-                      CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE))
-    return E;
-  Staging = static_cast<char *>(Host);
-  Opts.StagingBytes = Ring;
-  if (Error E = TC_CU(Cu, cuMemHostGetDevicePointer, &StagingDev, Host, 0))
-    return E;
-  Head = Tail = 0;
+        std::string("cannot start the GPU worker: socketpair: ") +
+        std::strerror(errno));
+  GpuWorkerOptions W;
+  W.ShmFd = ShmFd;
+  W.SockFd = SP[1];
+  W.Parent = long(::getpid());
+  W.Device = Opts.Device;
+  W.RegionSize = Opts.RegionSize;
+  W.StagingBytes = Opts.StagingBytes;
+  W.MaxRunMs = Opts.MaxRunMs;
+  W.Library = Opts.Library;
+  W.Trace = Opts.Trace;
+  std::vector<std::string> Args = gpuWorkerArgs(W);
+  Args.insert(Args.begin(), Exe);
+  std::vector<char *> Argv;
+  for (std::string &A : Args)
+    Argv.push_back(A.data());
+  Argv.push_back(nullptr);
+  static const char Failed[] = "error cannot run the GPU worker ";
+  // Only async-signal-safe calls between fork and exec.
+  pid_t P = ::fork();
+  if (P == 0) {
+    sigset_t None;
+    sigemptyset(&None);
+    ::sigprocmask(SIG_SETMASK, &None, nullptr);
+    // The worker inherits the channel and its socket, nothing else (a
+    // listening socket of ours must not outlive us in it).
+    if (::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) != 0)
+      for (int Fd = 3; Fd < 4096; ++Fd)
+        ::fcntl(Fd, F_SETFD, FD_CLOEXEC);
+    ::fcntl(ShmFd, F_SETFD, 0);
+    ::fcntl(SP[1], F_SETFD, 0);
+    ::execv(Exe.c_str(), Argv.data());
+    (void)!::write(SP[1], Failed, sizeof Failed - 1);
+    (void)!::write(SP[1], Exe.c_str(), Exe.size());
+    (void)!::write(SP[1], "\n", 1);
+    ::_exit(127);
+  }
+  ::close(SP[1]);
+  if (P < 0) {
+    ::close(SP[0]);
+    return createStringError(std::string("cannot start the GPU worker: fork: ") +
+                             std::strerror(errno));
+  }
+  ::fcntl(SP[0], F_SETFL, O_NONBLOCK);
+  Sock = SP[0];
+  Pid = P;
+  State = WorkerState::Starting;
+  ++Generation;
+  Hello.clear();
+  StartNs = LastBeatNs = LastCheckNs = monoNanos();
+  LastBeat = Ch.H->Heartbeat.load(std::memory_order_relaxed);
   return Error::success();
 }
 
-void GpuTarget::closeContext() {
-  // Every call may fail on a lost context; what it would free goes with
-  // the context's reset.
-  Driver &Cu = *D;
-  for (auto &KV : Streams)
-    if (KV.second->S)
-      (void)Cu.cuStreamDestroy(KV.second->S);
-  Streams.clear();
-  Closing = 0;
-  for (CUevent E : FreeEvents)
-    (void)Cu.cuEventDestroy(E);
-  FreeEvents.clear();
-  Allocs.clear();
-  if (Staging)
-    (void)Cu.cuMemFreeHost(Staging);
-  Staging = nullptr;
-  StagingDev = 0;
-  if (Region)
-    (void)Cu.cuMemFree(Region);
-  Region = 0;
+Error GpuTarget::readHello(bool Block) {
+  uint64_t Deadline = StartNs + uint64_t(Opts.StartTimeoutMs) * 1000000u;
+  for (;;) {
+    size_t NL;
+    while ((NL = Hello.find('\n')) != std::string::npos) {
+      std::string Line = Hello.substr(0, NL);
+      Hello.erase(0, NL + 1);
+      StringRef Key, Value;
+      std::tie(Key, Value) = StringRef(Line).split(' ');
+      if (Key == "error")
+        return createStringError(Value.str());
+      // The first worker's facts are the device's; later workers find the
+      // same device (and other threads read Info meanwhile).
+      if (Generation > 1 && Key != "ready")
+        continue;
+      if (Key == "name")
+        Info.Name = Value.str();
+      else if (Key == "arch")
+        Info.Arch = Value.str();
+      else if (Key == "driver")
+        Value.getAsInteger(10, Info.DriverVersion);
+      else if (Key == "sms")
+        Value.getAsInteger(10, Info.Multiprocessors);
+      else if (Key == "memory")
+        Value.getAsInteger(10, Info.Memory);
+      else if (Key == "staging")
+        Info.StagingCopied =
+            Value.starts_with("copied") ? Value.drop_front(6).trim().str() : "";
+      else if (Key == "ready") {
+        double Ms = double(monoNanos() - StartNs) / 1e6;
+        if (Generation == 1)
+          Info.WorkerStartMillis = Ms;
+        else
+          event(formatv("gpu: worker {0} (pid {1}) ready in {2:f1} ms",
+                        Generation, Pid, Ms));
+        State = WorkerState::Ready;
+        FailedStarts = 0;
+        DownWhy.clear();
+        return Error::success();
+      }
+    }
+    char Buf[4096];
+    ssize_t N = ::recv(Sock, Buf, sizeof Buf, MSG_DONTWAIT);
+    if (N > 0) {
+      Hello.append(Buf, size_t(N));
+      continue;
+    }
+    if (N == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      int Status = 0;
+      std::string How;
+      if (::waitpid(Pid, &Status, 0) == Pid) {
+        if (WIFSIGNALED(Status))
+          How = formatv(" (killed by signal {0})", WTERMSIG(Status)).str();
+        else if (WIFEXITED(Status))
+          How = formatv(" (exit status {0})", WEXITSTATUS(Status)).str();
+        Pid = -1;
+      }
+      return createStringError("the GPU worker ended before it was ready" +
+                               How);
+    }
+    if (!Block)
+      return Error::success();
+    uint64_t Now = monoNanos();
+    if (Now >= Deadline) {
+      ::kill(Pid, SIGKILL);
+      return createStringError(
+          formatv("the GPU worker did not start within {0} s (cuInit or the "
+                  "device's context did not return)",
+                  Opts.StartTimeoutMs / 1000)
+              .str());
+    }
+    pollfd PF{Sock, POLLIN, 0};
+    ::poll(&PF, 1, int(std::min<uint64_t>((Deadline - Now) / 1000000 + 1, 500)));
+  }
 }
 
 GpuTarget::~GpuTarget() {
-  if (!D || !Ctx)
-    return;
-  // With work in flight (a kernel that may never end), freeing its memory
-  // would wait for it: releasing the context, the last reference to it,
-  // resets it and ends that work. Idle, everything is freed first.
-  if (!InFlight) {
-    closeContext();
-    for (auto &KV : Kernels)
-      if (KV.second->Module && KV.second->Generation == Generation)
-        (void)D->cuModuleUnload(KV.second->Module);
+  // Cubins the worker is still linking for the disk cache are worth a
+  // moment (a link takes milliseconds): at most a quarter of a second.
+  {
+    std::unique_lock<std::mutex> L(Mu);
+    uint64_t Until = monoNanos() + 250000000u;
+    auto Linking = [&] {
+      for (auto &KV : Requests)
+        if (KV.second->Kind == CmdKind::CacheLink)
+          return true;
+      return false;
+    };
+    while (State == WorkerState::Ready && Linking() && monoNanos() < Until) {
+      consume();
+      Answered.wait_for(L, std::chrono::milliseconds(1));
+    }
   }
-  (void)D->cuDevicePrimaryCtxRelease(Dev);
+  // The worker is ended, not asked: a kernel that never ends ends with it,
+  // and nothing here waits on the device.
+  if (Pid > 0) {
+    ::kill(Pid, SIGKILL);
+    Zombies.push_back(Pid);
+    Pid = -1;
+  }
+  reap(/*Wait=*/true);
+  if (Sock >= 0)
+    ::close(Sock);
+  if (Base)
+    ::munmap(Base, Bytes);
+  if (ShmFd >= 0)
+    ::close(ShmFd);
+}
+
+void GpuTarget::reap(bool Wait) {
+  // A killed worker ends once the driver has torn its context down; wait
+  // for that at most half a second on the way out.
+  uint64_t Until = monoNanos() + (Wait ? 500000000u : 0u);
+  while (!Zombies.empty()) {
+    for (auto It = Zombies.begin(); It != Zombies.end();) {
+      int Status;
+      pid_t R = ::waitpid(*It, &Status, WNOHANG);
+      if (R == *It || (R < 0 && errno == ECHILD))
+        It = Zombies.erase(It);
+      else
+        ++It;
+    }
+    if (Zombies.empty() || monoNanos() >= Until)
+      return;
+    ::usleep(5000);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The channel
+//===----------------------------------------------------------------------===//
+
+bool GpuTarget::push(Cmd &C) {
+  Header &H = *Ch.H;
+  if (CmdHead - H.CmdTail.load(std::memory_order_acquire) >= CmdSlots)
+    return false;
+  C.Tag = NextSeq++;
+  // The trace times the hop of a command that finds the ring empty: the
+  // worker's reaction, not the queue behind it.
+  C.SentNs = Opts.Trace && CmdHead == H.CmdTail.load(std::memory_order_relaxed)
+                 ? monoNanos()
+                 : 0;
+  Ch.Cmds[CmdHead % CmdSlots] = C;
+  H.CmdHead.store(++CmdHead, std::memory_order_seq_cst);
+  if (H.Sleeping.load(std::memory_order_seq_cst)) {
+    H.Wake.fetch_add(1, std::memory_order_seq_cst);
+    futexWakeAll(H.Wake);
+  }
+  return true;
+}
+
+GpuTarget::Alloc *GpuTarget::stage(size_t Size) {
+  size_t Cap = Opts.StagingBytes;
+  size_t Need = std::max<size_t>(alignTo(Size, StageAlign), StageAlign);
+  size_t Begin = SHead;
+  if (Begin % Cap + Need > Cap) // Never wraps: skip to the next lap.
+    Begin += Cap - Begin % Cap;
+  if (Begin + Need - STail > Cap)
+    return nullptr;
+  // A deque keeps its elements where they are as it grows at the back
+  // and shrinks at the front: the pointer stays good until release().
+  Alloc &A = Allocs.emplace_back();
+  A.Begin = Begin;
+  A.End = SHead = Begin + Need;
+  return &A;
+}
+
+void GpuTarget::release(Alloc *A) {
+  if (!A)
+    return;
+  A->Done = true;
+  while (!Allocs.empty() && Allocs.front().Done) {
+    STail = Allocs.front().End;
+    Allocs.pop_front();
+  }
+}
+
+void GpuTarget::resetChannel() {
+  Header &H = *Ch.H;
+  H.CmdHead.store(0);
+  H.CmdTail.store(0);
+  H.DoneHead.store(0);
+  H.DoneTail.store(0);
+  H.Sleeping.store(0);
+  H.InLongCall.store(0);
+  CmdHead = DoneTail = 0;
+  SHead = STail = 0;
+  Allocs.clear();
+  FatalSeen = false;
+  SubmittedThrough.clear();
+}
+
+void GpuTarget::consume() {
+  Header &H = *Ch.H;
+  bool Any = false;
+  while (DoneTail != H.DoneHead.load(std::memory_order_acquire)) {
+    Done R = Ch.Dones[DoneTail % DoneSlots];
+    H.DoneTail.store(++DoneTail, std::memory_order_release);
+    Any = true;
+    if (R.SentNs) {
+      H.Pipe.DoneHops.fetch_add(1, std::memory_order_relaxed);
+      H.Pipe.DoneHopNs.fetch_add(monoNanos() - R.SentNs,
+                                 std::memory_order_relaxed);
+    }
+    switch (R.Kind) {
+    case DoneKind::Through:
+    case DoneKind::Failed: {
+      auto It = Conns.find(R.Conn);
+      if (It == Conns.end())
+        break;
+      std::deque<Pending> &Q = It->second;
+      while (!Q.empty() && Q.front().Seq <= R.Tag) {
+        Pending P = std::move(Q.front());
+        Q.pop_front();
+        bool Failed = R.Kind == DoneKind::Failed && P.Seq == R.Tag;
+        std::string Why;
+        if (Failed) {
+          Why = doneText(R);
+          if (P.Kernel)
+            Why = formatv("ifunc '{0}' ({1}) could not be launched: {2}",
+                          P.Kernel->Info.Name,
+                          toHex(P.Kernel->Info.Hash).substr(0, 16), Why)
+                      .str();
+        }
+        finish(R.Conn, P, !Failed, Why);
+      }
+      if (Q.empty())
+        Conns.erase(It);
+      break;
+    }
+    case DoneKind::Loaded:
+    case DoneKind::Prewarmed:
+    case DoneKind::Linked: {
+      auto It = Requests.find(R.Tag);
+      if (It == Requests.end())
+        break;
+      Request &Q = *It->second;
+      Q.Done = true;
+      Q.Ok = R.Ok;
+      Q.Error = doneText(R);
+      Q.A = R.A;
+      Q.B = R.B;
+      Q.C = R.C;
+      release(Q.Mem);
+      Q.Mem = nullptr;
+      if (!Q.Waited) {
+        if (!Q.About.empty())
+          event(Q.Ok ? formatv("gpu: {0} in {1:f2} ms", Q.About,
+                               double(Q.C) / 1e6)
+                           .str()
+                     : "gpu: " + Q.About + " failed: " + Q.Error);
+        Requests.erase(It);
+      }
+      break;
+    }
+    case DoneKind::Submitted:
+      SubmittedThrough[R.Conn] = R.Tag;
+      break;
+    case DoneKind::Fatal:
+      FatalSeen = true;
+      Fatal = R;
+      break;
+    }
+  }
+  if (Any)
+    Answered.notify_all();
+}
+
+void GpuTarget::finish(uint64_t Conn, Pending &P, bool Ok,
+                       const std::string &Why) {
+  if (P.Kind == CmdKind::Read && P.Mem && P.Len && Ok)
+    std::memcpy(P.Data->data() + P.DataOff,
+                Ch.Staging + P.Mem->Begin % Opts.StagingBytes, P.Len);
+  release(P.Mem);
+  P.Mem = nullptr;
+  if (P.Kernel)
+    landed(*P.Kernel);
+  if (!P.Answers)
+    return;
+  --Answers;
+  DeviceDone R;
+  R.What = P.Kind == CmdKind::Launch ? DeviceDone::Launch
+           : P.Kind == CmdKind::Read ? DeviceDone::Read
+                                     : DeviceDone::Fence;
+  R.Conn = Conn;
+  R.Tag = P.Tag;
+  R.Ok = Ok;
+  R.Why = Why;
+  if (R.What == DeviceDone::Read && P.Data)
+    R.Data = std::move(*P.Data);
+  Ready.push_back(std::move(R));
+}
+
+void GpuTarget::landed(GpuKernel &K) {
+  if (--K.Launched || Doomed.empty())
+    return;
+  // unload() left it here until its last launch was answered.
+  for (auto It = Doomed.begin(); It != Doomed.end(); ++It)
+    if (It->get() == &K) {
+      if (K.Generation == Generation) {
+        Cmd C{};
+        C.Kind = CmdKind::Unload;
+        C.Kernel = K.Id;
+        (void)push(C); // No room: the module goes with the worker.
+      }
+      Doomed.erase(It);
+      return;
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// The worker's life
+//===----------------------------------------------------------------------===//
+
+void GpuTarget::service() {
+  uint64_t Now = monoNanos();
+  if (State == WorkerState::Starting) {
+    if (Error E = readHello(/*Block=*/false)) {
+      std::string Why = toString(std::move(E));
+      ++FailedStarts;
+      workerGone("the GPU worker could not be started again: " + Why);
+      return;
+    }
+  }
+  if (State == WorkerState::Down && Now >= NextRestartNs) {
+    if (Error E = startWorker()) {
+      ++FailedStarts;
+      DownWhy = toString(std::move(E));
+      NextRestartNs = Now + (uint64_t(1000000000) << std::min(FailedStarts, 5u));
+      event("gpu: " + DownWhy);
+    } else if (Opts.Prewarm && !PrewarmPtx.empty()) {
+      (void)request(CmdKind::Prewarm, 0, FlagPtx, 1, PrewarmPtx,
+                    ptxKernelName("tc_prewarm"), /*Wait=*/false);
+    }
+  }
+  consume();
+  if (FatalSeen) {
+    workerGone("");
+    return;
+  }
+  if (State != WorkerState::Down && Now - LastCheckNs >= LivenessCheckNs) {
+    LastCheckNs = Now;
+    if (State == WorkerState::Ready) {
+      char C;
+      ssize_t N = ::recv(Sock, &C, 1, MSG_DONTWAIT);
+      if (N == 0 ||
+          (N < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        consume(); // What it said before it ended.
+        int Status = 0;
+        std::string How = "ended";
+        if (!FatalSeen && ::waitpid(Pid, &Status, WNOHANG) == Pid) {
+          if (WIFSIGNALED(Status))
+            How = formatv("was killed by signal {0}", WTERMSIG(Status)).str();
+          else if (WIFEXITED(Status))
+            How = formatv("exited with status {0}", WEXITSTATUS(Status)).str();
+          Pid = -1;
+        }
+        workerGone(FatalSeen ? std::string()
+                             : formatv("the GPU worker {0}", How).str());
+        return;
+      }
+    }
+    // A worker that stops turning its loop with work in flight is stuck in
+    // a driver call: with a time limit, it is ended too.
+    uint64_t Beat = Ch.H->Heartbeat.load(std::memory_order_relaxed);
+    if (Beat != LastBeat || !Answers || State != WorkerState::Ready ||
+        Ch.H->InLongCall.load(std::memory_order_relaxed)) {
+      LastBeat = Beat;
+      LastBeatNs = Now;
+    } else if (Opts.MaxRunMs &&
+               Now - LastBeatNs >
+                   std::max<uint64_t>(StallNs,
+                                      uint64_t(Opts.MaxRunMs) * 2000000u)) {
+      workerGone(formatv("the GPU worker stopped answering for {0} ms (a "
+                         "driver call did not return)",
+                         (Now - LastBeatNs) / 1000000)
+                     .str());
+      return;
+    }
+  }
+  if (!Zombies.empty())
+    reap(false);
+  issueHeldBack();
+}
+
+void GpuTarget::workerGone(const std::string &Cause) {
+  consume();
+  bool Overran = FatalSeen && Fatal.A == 1;
+  std::string Why = FatalSeen ? doneText(Fatal) : Cause;
+  auto Suspect = [&](uint64_t Conn, const Pending &P) {
+    if (P.Kind != CmdKind::Launch)
+      return false;
+    if (Overran)
+      return Conn == Fatal.Conn && P.Seq >= Fatal.B && P.Seq <= Fatal.Tag;
+    if (FatalSeen) { // It said what the device had.
+      auto It = SubmittedThrough.find(Conn);
+      return It != SubmittedThrough.end() && P.Seq <= It->second;
+    }
+    return true; // It ended without a word: any launch may be why.
+  };
+  auto Who = [](const GpuKernel *K, uint64_t Conn) {
+    return formatv("ifunc '{0}' ({1}) from connection {2}", K->Info.Name,
+                   toHex(K->Info.Hash).substr(0, 16), Conn)
+        .str();
+  };
+  unsigned Suspects = 0;
+  std::string Culprit;
+  for (auto &KV : Conns)
+    for (const Pending &P : KV.second)
+      if (Suspect(KV.first, P) && !Suspects++)
+        Culprit = Who(P.Kernel, KV.first);
+  if (Suspects > 1)
+    Culprit = formatv("one of {0} launches ({1}, ...)", Suspects, Culprit);
+  bool Started = !StringRef(Why).starts_with("the GPU worker could not be started");
+  std::string After = !Suspects ? "a failure (" + Why + ")"
+                      : Overran ? Culprit + " " + Why
+                                : Culprit + " faulted: " + Why;
+  const char *Lost = "; the GPU worker was started again and the region's "
+                     "contents are lost";
+  unsigned NFaulted = 0, NLost = 0;
+  for (auto &KV : Conns) {
+    for (Pending &P : KV.second) {
+      std::string Text;
+      bool Ok = true;
+      if (P.Kind == CmdKind::Launch && P.Answers) {
+        Ok = false;
+        std::string W = Who(P.Kernel, KV.first);
+        if (!Started) {
+          ++NLost;
+          Text = W + " did not run: " + Why;
+        } else if (!Suspect(KV.first, P)) {
+          ++NLost;
+          Text = W + " did not run, or its effects were lost: the GPU worker "
+                     "was started again after " +
+                 After;
+        } else if (Overran) {
+          ++NFaulted;
+          std::string Which =
+              Suspects > 1
+                  ? formatv(" (this message or one of the {0} launched with "
+                            "it)",
+                            Suspects - 1)
+                        .str()
+                  : "";
+          Text = W + Which + " " + Why + " and was stopped" + Lost;
+        } else {
+          ++NFaulted;
+          std::string Which =
+              Suspects > 1
+                  ? formatv(", or one of the {0} other launches in flight "
+                            "with it did",
+                            Suspects - 1)
+                        .str()
+                  : "";
+          Text = W + " faulted on the GPU" + Which + ": " + Why + Lost;
+        }
+      } else if (P.Kind == CmdKind::Read && P.Answers && P.Data) {
+        // The region of the next worker: zeroed.
+        std::fill(P.Data->begin(), P.Data->end(), '\0');
+      }
+      P.Len = 0; // Nothing to copy out of staging.
+      finish(KV.first, P, Ok, Text);
+    }
+  }
+  Conns.clear();
+  Answers = 0;
+  for (auto &KV : Requests) {
+    Request &Q = *KV.second;
+    Q.Mem = nullptr;
+    if (Q.Waited && !Q.Done) {
+      Q.Done = true;
+      Q.WorkerEnded = true;
+      Q.Error = "the GPU worker ended: " + After;
+    }
+  }
+  for (auto It = Requests.begin(); It != Requests.end();)
+    It = It->second->Waited ? std::next(It) : Requests.erase(It);
+  Answered.notify_all();
+  Counters.Faults += NFaulted;
+  Counters.Lost += NLost;
+  if (Overran)
+    Counters.Overruns += NFaulted;
+  if (Pid > 0) {
+    ::kill(Pid, SIGKILL);
+    Zombies.push_back(Pid);
+    Pid = -1;
+  }
+  if (Sock >= 0)
+    ::close(Sock);
+  Sock = -1;
+  resetChannel();
+  State = WorkerState::Down;
+  if (!Started) {
+    DownWhy = Why;
+    NextRestartNs =
+        monoNanos() + (uint64_t(1000000000) << std::min(FailedStarts, 5u));
+    event(formatv("gpu: {0}; trying again in {1} s", Why,
+                  1u << std::min(FailedStarts, 5u)));
+    return;
+  }
+  ++Counters.Restarts;
+  event(formatv("gpu: worker {0} ended after {1}: {2} launch(es) failed, {3} "
+                "lost; starting another (the region is zeroed)",
+                Generation, After, NFaulted, NLost));
+  NextRestartNs = 0;
+  service(); // Starts the next worker now.
 }
 
 //===----------------------------------------------------------------------===//
@@ -289,134 +798,129 @@ std::string GpuTarget::cacheKey(const Archive &A, const Member &M,
       .hex();
 }
 
-/// A cache file: BLAKE3 of the rest (32 bytes), NAME_threads (u32, 0:
-/// absent), the cubin. Written to a unique name and renamed into place.
-static std::string cachePath(StringRef Dir, StringRef Key) {
-  SmallString<256> P(Dir);
-  sys::path::append(P, Key + ".cubin");
-  return std::string(P);
+Expected<uint64_t> GpuTarget::request(CmdKind Kind, uint32_t Kernel,
+                                      uint8_t Flags, uint64_t A,
+                                      const std::string &Image,
+                                      const std::string &Tail, bool Wait) {
+  size_t Len = Image.size() + 1 + Tail.size() + 1;
+  if (Len > Opts.StagingBytes / 2)
+    return createStringError(
+        formatv("its code ({0} bytes) is larger than half of the GPU staging "
+                "area ({1} bytes)",
+                Image.size(), Opts.StagingBytes)
+            .str());
+  Alloc *M = nullptr;
+  if (CmdHead - Ch.H->CmdTail.load(std::memory_order_acquire) < CmdSlots)
+    M = stage(Len);
+  if (!M)
+    return createStringError("the GPU staging area is full");
+  char *P = Ch.Staging + M->Begin % Opts.StagingBytes;
+  std::memcpy(P, Image.data(), Image.size());
+  P[Image.size()] = '\0';
+  std::memcpy(P + Image.size() + 1, Tail.data(), Tail.size());
+  P[Image.size() + 1 + Tail.size()] = '\0';
+  Cmd C{};
+  C.Kind = Kind;
+  C.Flags = Flags;
+  C.Kernel = Kernel;
+  C.Off = M->Begin % Opts.StagingBytes;
+  C.Len = Image.size();
+  C.A = A;
+  (void)push(C); // Room was checked above.
+  auto R = std::make_unique<Request>();
+  R->Kind = Kind;
+  R->Waited = Wait;
+  R->Mem = M;
+  R->Kernel = Kernel;
+  Requests[C.Tag] = std::move(R);
+  return C.Tag;
 }
 
-static bool readCache(StringRef Path, std::optional<uint32_t> &Threads,
-                      std::string &Cubin) {
-  ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(
-      Path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!B || (*B)->getBufferSize() < 32 + 4 + 1)
-    return false;
-  StringRef All = (*B)->getBuffer();
-  StringRef Rest = All.drop_front(32);
-  BLAKE3Result<32> Sum = BLAKE3::hash(arrayRefFromStringRef(Rest));
-  if (StringRef(reinterpret_cast<const char *>(Sum.data()), 32) !=
-      All.take_front(32))
-    return false; // Damaged: link again and write it over.
-  uint32_t T = support::endian::read32le(Rest.data());
-  Threads = T ? std::optional<uint32_t>(T) : std::nullopt;
-  Cubin = Rest.drop_front(4).str();
-  return true;
-}
-
-static void writeCache(StringRef Path, std::optional<uint32_t> Threads,
-                       StringRef Cubin) {
-  std::string Rest(4, '\0');
-  support::endian::write32le(Rest.data(), Threads ? *Threads : 0);
-  Rest += Cubin;
-  SmallString<256> Tmp;
-  int FD;
-  if (sys::fs::createUniqueFile(Path + ".tmp-%%%%%%%%", FD, Tmp))
-    return; // A cache that cannot be written is only slower.
-  raw_fd_ostream OS(FD, /*shouldClose=*/true);
-  BLAKE3Result<32> Sum = BLAKE3::hash(arrayRefFromStringRef(Rest));
-  OS.write(reinterpret_cast<const char *>(Sum.data()), Sum.size());
-  OS << Rest;
-  OS.close();
-  if (OS.has_error() || sys::fs::rename(Tmp, Path)) {
-    OS.clear_error();
-    sys::fs::remove(Tmp);
+Error GpuTarget::await(uint64_t Seq, Request &Out) {
+  // Called with Mu held by the caller's unique_lock (create, load).
+  std::unique_lock<std::mutex> L(Mu, std::adopt_lock);
+  for (;;) {
+    auto It = Requests.find(Seq);
+    if (It == Requests.end()) {
+      L.release();
+      return createStringError("the GPU worker's answer was lost");
+    }
+    if (It->second->Done) {
+      Out = std::move(*It->second);
+      Requests.erase(It);
+      L.release();
+      return Error::success();
+    }
+    if (owner()) {
+      service();
+      if (State == WorkerState::Starting) {
+        // A worker that is starting cannot answer yet: its hello first.
+        L.unlock();
+        pollfd PF{Sock, POLLIN, 0};
+        ::poll(&PF, 1, 1);
+        L.lock();
+      } else if (State == WorkerState::Down) {
+        L.unlock();
+        ::usleep(1000);
+        L.lock();
+      }
+    } else {
+      consume();
+      Answered.wait_for(L, std::chrono::milliseconds(1));
+    }
   }
 }
 
-Expected<std::string> GpuTarget::link(StringRef Ptx, StringRef Name) {
-  Driver &Cu = *D;
-  std::lock_guard<std::mutex> L(CtxMutex);
-  if (Error E = TC_CU(Cu, cuCtxSetCurrent, Ctx))
-    return std::move(E);
-  char Log[4096] = {};
-  CUjit_option Keys[] = {CU_JIT_ERROR_LOG_BUFFER,
-                         CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-  void *Values[] = {Log, reinterpret_cast<void *>(uintptr_t(sizeof Log - 1))};
-  CUlinkState State = nullptr;
-  if (Error E = TC_CU(Cu, cuLinkCreate, 2, Keys, Values, &State))
-    return std::move(E);
-  // The PTX with its terminating NUL, as the driver reads text.
-  std::string Text = Ptx.str();
-  std::string Unit = (Name + ".ptx").str();
-  Error E = TC_CU(Cu, cuLinkAddData, State, CU_JIT_INPUT_PTX, Text.data(),
-                  Text.size() + 1, Unit.c_str(), 0, nullptr, nullptr);
-  void *Out = nullptr;
-  size_t Size = 0;
-  if (!E)
-    E = TC_CU(Cu, cuLinkComplete, State, &Out, &Size);
-  std::string Cubin;
-  if (!E)
-    Cubin.assign(static_cast<const char *>(Out), Size); // Owned by State.
-  (void)Cu.cuLinkDestroy(State);
-  if (E) {
-    std::string Msg = toString(std::move(E));
-    StringRef Detail = StringRef(Log).trim();
-    if (!Detail.empty())
-      Msg += ": " + Detail.str();
-    std::replace(Msg.begin(), Msg.end(), '\n', ' ');
-    return createStringError(Msg);
+Error GpuTarget::loadInWorker(GpuKernel &K, const std::string &Image,
+                              bool IsPtx) {
+  std::unique_lock<std::mutex> L(Mu);
+  uint64_t Deadline = monoNanos() + 60000000000ull;
+  for (int Try = 0;; ++Try) {
+    if (State == WorkerState::Down && FailedStarts) {
+      return createStringError("the GPU worker is not running: " + DownWhy);
+    }
+    Expected<uint64_t> Seq = request(CmdKind::Load, K.Id, IsPtx ? FlagPtx : 0,
+                                     K.Threads, Image, K.Kernel, true);
+    if (!Seq) {
+      std::string Why = toString(Seq.takeError());
+      if (Why != "the GPU staging area is full" || monoNanos() > Deadline)
+        return createStringError(Why);
+      // Wait for room: the owner's turns free staging.
+      if (owner()) {
+        service();
+      } else {
+        consume();
+        Answered.wait_for(L, std::chrono::milliseconds(1));
+      }
+      --Try;
+      continue;
+    }
+    uint64_t Gen = Generation;
+    Request R;
+    L.release();
+    Error E = await(*Seq, R);
+    L = std::unique_lock<std::mutex>(Mu, std::adopt_lock);
+    if (E)
+      return E;
+    if (R.Ok) {
+      K.Grid = unsigned(R.A);
+      K.Block = unsigned(R.B);
+      K.JitMillis = double(R.C) / 1e6;
+      K.Generation = Gen;
+      return Error::success();
+    }
+    if (!R.WorkerEnded || Try > 0)
+      return createStringError(R.Error);
+    // Another message's fault ended the worker meanwhile: load it into the
+    // next one.
   }
-  return Cubin;
-}
-
-Error GpuTarget::loadModule(GpuKernel &K) {
-  Driver &Cu = *D;
-  if (Error E = TC_CU(Cu, cuCtxSetCurrent, Ctx))
-    return E;
-  CUmodule M = nullptr;
-  if (Error E = TC_CU(Cu, cuModuleLoadData, &M, K.Cubin.data()))
-    return E;
-  CUfunction F = nullptr;
-  auto Fail = [&](Error E) {
-    (void)Cu.cuModuleUnload(M);
-    return E;
-  };
-  if (Error E = TC_CU(Cu, cuModuleGetFunction, &F, M, K.Kernel.c_str()))
-    return Fail(std::move(E));
-  // The launch shape: blocks of up to 256 threads (fewer if the kernel's
-  // registers allow fewer), enough of them for NAME_threads, or as many
-  // as the device keeps resident for "fill the device".
-  int MaxBlock = 0;
-  if (Error E = TC_CU(Cu, cuFuncGetAttribute, &MaxBlock,
-                      CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, F))
-    return Fail(std::move(E));
-  unsigned BlockMax =
-      std::max(1u, std::min(BlockThreads, unsigned(std::max(MaxBlock, 1))));
-  if (K.Threads == FillDeviceThreads) {
-    int PerSM = 0;
-    if (Error E = TC_CU(Cu, cuOccupancyMaxActiveBlocksPerMultiprocessor, &PerSM,
-                        F, int(BlockMax), 0))
-      return Fail(std::move(E));
-    K.Block = BlockMax;
-    K.Grid = unsigned(std::max(PerSM, 1)) *
-             unsigned(std::max(Info.Multiprocessors, 1));
-  } else {
-    K.Block = std::min(K.Threads, BlockMax);
-    K.Grid = unsigned((uint64_t(K.Threads) + K.Block - 1) / K.Block);
-  }
-  K.Module = M;
-  K.Function = F;
-  K.Generation = Generation;
-  return Error::success();
 }
 
 Expected<const LoadedIfunc &> GpuTarget::load(const Archive &A,
                                               const Member &M) {
   if (const GpuKernel *K = kernel(A.Hash))
     return K->Info;
-  auto Start = Clock::now();
+  uint64_t Start = monoNanos();
   auto K = std::make_unique<GpuKernel>();
   K->Info.Hash = A.Hash;
   K->Info.Name = A.Name;
@@ -425,6 +929,10 @@ Expected<const LoadedIfunc &> GpuTarget::load(const Archive &A,
   K->Info.MemberCPU = M.CPU;
   K->Info.Device = K.get();
   K->Kernel = ptxKernelName(A.Name);
+  {
+    std::lock_guard<std::mutex> L(KernelsMutex);
+    K->Id = NextKernel++;
+  }
   std::string Id =
       "ifunc '" + A.Name + "' (" + toHex(A.Hash).substr(0, 16) + ")";
 
@@ -433,54 +941,59 @@ Expected<const LoadedIfunc &> GpuTarget::load(const Archive &A,
   K->CodeArch = Info.CodeArch;
   if (parseSmArch(M.CPU, &Suffix) && Suffix)
     K->CodeArch = M.CPU;
-  std::string Path;
   std::optional<uint32_t> Threads;
+  std::string Cubin;
   bool Cached = false;
   if (!Opts.CacheDir.empty()) {
-    Path = cachePath(Opts.CacheDir, cacheKey(A, M, K->CodeArch));
-    Cached = readCache(Path, Threads, K->Cubin);
+    K->CachePath = cubinCachePath(Opts.CacheDir, cacheKey(A, M, K->CodeArch));
+    Cached = readCubinCache(K->CachePath, Threads, Cubin);
   }
   if (!Cached) {
     Expected<PtxModule> P = Ptx->compile(M.Image, A.Name, M.CPU);
     if (!P)
-      return loadError(LoadFailure::CompileFailed, toString(P.takeError()));
-    auto Lowered = Clock::now();
-    K->PtxMillis =
-        std::chrono::duration<double, std::milli>(Lowered - Start).count();
+      return make_error<LoadError>(LoadFailure::CompileFailed,
+                                   toString(P.takeError()));
+    K->PtxMillis = double(monoNanos() - Start) / 1e6;
     K->PtxBytes = P->Ptx.size();
+    K->Ptx = std::move(P->Ptx);
     Threads = P->Threads;
-    Expected<std::string> Cubin = link(P->Ptx, A.Name);
-    if (!Cubin)
-      return loadError(LoadFailure::CompileFailed,
-                       Id + ": the CUDA driver cannot link its PTX for " +
-                           Info.Arch + ": " + toString(Cubin.takeError()));
-    K->Cubin = std::move(*Cubin);
-    K->LinkMillis =
-        std::chrono::duration<double, std::milli>(Clock::now() - Lowered)
-            .count();
-    if (!Path.empty())
-      writeCache(Path, Threads, K->Cubin);
   }
+  K->DeclaredThreads = Threads;
   K->Threads = Threads.value_or(1);
-  {
-    std::lock_guard<std::mutex> L(CtxMutex);
-    if (Error E = loadModule(*K))
-      return loadError(LoadFailure::CompileFailed,
-                       Id + ": the CUDA driver cannot load its code: " +
-                           toString(std::move(E)));
+  if (Error E = loadInWorker(*K, Cached ? Cubin : K->Ptx, !Cached))
+    return make_error<LoadError>(LoadFailure::CompileFailed,
+                                 Id + ": the CUDA driver cannot load its "
+                                      "code: " +
+                                     toString(std::move(E)));
+  if (Cached)
+    K->Ptx.clear();
+  else if (!K->CachePath.empty()) {
+    // The worker links the PTX into a cubin for the disk cache on a thread
+    // of its own, after this load: a restarted worker and later targets
+    // load that instead of JITting the PTX again.
+    std::lock_guard<std::mutex> L(Mu);
+    if (Expected<uint64_t> S =
+            request(CmdKind::CacheLink, K->Id, 0, Threads.value_or(0), K->Ptx,
+                    K->CachePath, /*Wait=*/false);
+        !S)
+      consumeError(S.takeError()); // Only slower next time.
   }
   K->Info.FromDiskCache = Cached;
-  K->Info.LoadMillis =
-      std::chrono::duration<double, std::milli>(Clock::now() - Start).count();
+  K->Info.LoadMillis = double(monoNanos() - Start) / 1e6;
 
   std::lock_guard<std::mutex> L(KernelsMutex);
   auto [It, New] = Kernels.try_emplace(A.Hash);
   if (!New) { // Another thread loaded it meanwhile: keep that one.
-    std::lock_guard<std::mutex> C(CtxMutex);
-    if (K->Generation == Generation)
-      (void)D->cuModuleUnload(K->Module);
+    std::lock_guard<std::mutex> C(Mu);
+    if (K->Generation == Generation) {
+      Cmd U{};
+      U.Kind = CmdKind::Unload;
+      U.Kernel = K->Id;
+      (void)push(U);
+    }
     return It->second->Info;
   }
+  std::lock_guard<std::mutex> C(Mu);
   ++Counters.Loads;
   if (Cached)
     ++Counters.DiskCacheHits;
@@ -488,10 +1001,46 @@ Expected<const LoadedIfunc &> GpuTarget::load(const Archive &A,
   return It->second->Info;
 }
 
+bool GpuTarget::reload(GpuKernel &K) {
+  // A new worker has none of the kernels: the disk cache's cubin, else the
+  // PTX kept from the first load.
+  std::string Image;
+  std::optional<uint32_t> T;
+  bool IsPtx = false;
+  if (K.CachePath.empty() || !readCubinCache(K.CachePath, T, Image)) {
+    Image = K.Ptx;
+    IsPtx = true;
+  }
+  Expected<uint64_t> S = request(CmdKind::Load, K.Id, IsPtx ? FlagPtx : 0,
+                                 K.Threads, Image, K.Kernel, /*Wait=*/false);
+  if (S)
+    Requests[*S]->About =
+        formatv("ifunc '{0}' ({1}) loaded into worker {2} from {3}",
+                K.Info.Name, toHex(K.Info.Hash).substr(0, 16), Generation,
+                IsPtx ? "its PTX" : "the disk cache's cubin")
+            .str();
+  if (!S) {
+    std::string Why = toString(S.takeError());
+    if (Why == "the GPU staging area is full")
+      return false;
+    // It can never fit: the launch is refused by the worker.
+    event("gpu: " + Why);
+  }
+  K.Generation = Generation;
+  return true;
+}
+
 std::string GpuTarget::describe(const LoadedIfunc &L) const {
   const auto &K = *static_cast<const GpuKernel *>(L.Device);
-  return formatv("on gpu {0} as {1}, {2} x {3} threads", Info.Device,
-                 K.CodeArch, K.Grid, K.Block)
+  // Where a first contact's time went: LLVM's lowering here, the driver's
+  // JIT (or cubin load) in the worker.
+  return formatv("on gpu {0} as {1}, {2} x {3} threads; {4}, loaded by the "
+                 "driver in {5:f2} ms",
+                 Info.Device, K.CodeArch, K.Grid, K.Block,
+                 L.FromDiskCache
+                     ? std::string("a cubin from the disk cache")
+                     : formatv("lowered in {0:f2} ms", K.PtxMillis).str(),
+                 K.JitMillis)
       .str();
 }
 
@@ -505,129 +1054,16 @@ void GpuTarget::unload(const ArchiveHash &H) {
     K = std::move(It->second);
     Kernels.erase(It);
   }
-  if (K->Launched) { // Its module goes when its last launch is done.
+  std::lock_guard<std::mutex> L(Mu);
+  if (K->Launched) { // Its module goes when its last launch is answered.
     Doomed.push_back(std::move(K));
     return;
   }
-  std::lock_guard<std::mutex> C(CtxMutex);
-  if (K->Module && K->Generation == Generation)
-    (void)D->cuModuleUnload(K->Module);
-}
-
-Error GpuTarget::ensureModule(GpuKernel &K) {
-  if (LLVM_LIKELY(K.Generation == Generation))
-    return Error::success();
-  // The context was made again since: load the module from its cubin.
-  std::lock_guard<std::mutex> L(CtxMutex);
-  return loadModule(K);
-}
-
-//===----------------------------------------------------------------------===//
-// Streams, staging, events
-//===----------------------------------------------------------------------===//
-
-Expected<GpuTarget::Stream *> GpuTarget::stream(uint64_t Conn) {
-  auto It = Streams.find(Conn);
-  if (LLVM_LIKELY(It != Streams.end() && !It->second->Closing))
-    return It->second.get();
-  if (It != Streams.end()) { // Closed but busy: a new connection reuses it.
-    It->second->Closing = false;
-    --Closing;
-    return It->second.get();
-  }
-  auto S = std::make_unique<Stream>();
-  S->Conn = Conn;
-  if (Error E = TC_CU(*D, cuStreamCreate, &S->S, CU_STREAM_NON_BLOCKING))
-    return std::move(E);
-  Stream *Raw = S.get();
-  Streams.emplace(Conn, std::move(S));
-  return Raw;
-}
-
-bool GpuTarget::busy(uint64_t Conn) const {
-  auto It = Streams.find(Conn);
-  if (It != Streams.end() && !It->second->Ops.empty())
-    return true;
-  for (const GpuDone &R : Ready)
-    if (R.Conn == Conn)
-      return true;
-  return false;
-}
-
-void GpuTarget::closeConnection(uint64_t Conn) {
-  auto It = Streams.find(Conn);
-  if (It == Streams.end())
-    return;
-  if (!It->second->Ops.empty()) {
-    if (!It->second->Closing)
-      ++Closing;
-    It->second->Closing = true;
-    return;
-  }
-  (void)D->cuStreamDestroy(It->second->S);
-  Streams.erase(It);
-}
-
-Expected<CUevent> GpuTarget::takeEvent() {
-  if (!FreeEvents.empty()) {
-    CUevent E = FreeEvents.back();
-    FreeEvents.pop_back();
-    return E;
-  }
-  CUevent E = nullptr;
-  if (Error Err = TC_CU(*D, cuEventCreate, &E, CU_EVENT_DISABLE_TIMING))
-    return std::move(Err);
-  return E;
-}
-
-void GpuTarget::giveEvent(CUevent E) { FreeEvents.push_back(E); }
-
-Expected<GpuTarget::Alloc *> GpuTarget::stage(size_t Size) {
-  size_t Cap = Opts.StagingBytes;
-  size_t Need = std::max<size_t>(alignTo(Size, StageAlign), StageAlign);
-  if (Need > Cap / 2)
-    return nullptr;
-  for (unsigned Tries = 0;; ++Tries) {
-    size_t Begin = Head;
-    if (Begin % Cap + Need > Cap) // Never wraps: skip to the next lap.
-      Begin += Cap - Begin % Cap;
-    if (Begin + Need - Tail <= Cap) {
-      auto A = std::make_unique<Alloc>();
-      A->Begin = Begin;
-      A->End = Head = Begin + Need;
-      Alloc *Raw = A.get();
-      Allocs.push_back(std::move(A));
-      return Raw;
-    }
-    if (Tries > 0) // Everything finished and still no room: cannot be.
-      return createStringError("the GPU staging ring is inconsistent");
-    // Full: wait for every operation in flight, then take their results.
-    for (auto &KV : Streams) {
-      Stream &S = *KV.second;
-      if (!S.Ops.empty() && !S.Ops.back().Event) {
-        Expected<CUevent> E = takeEvent();
-        if (!E)
-          return E.takeError();
-        if (Error Err = TC_CU(*D, cuEventRecord, *E, S.S)) {
-          giveEvent(*E);
-          return std::move(Err);
-        }
-        S.Ops.back().Event = *E;
-      }
-    }
-    if (Error E = TC_CU(*D, cuCtxSynchronize))
-      return std::move(E);
-    for (auto &KV : Streams)
-      while (!KV.second->Ops.empty())
-        finishGroup(*KV.second);
-  }
-}
-
-void GpuTarget::release(Alloc *A) {
-  A->Done = true;
-  while (!Allocs.empty() && Allocs.front()->Done) {
-    Tail = Allocs.front()->End;
-    Allocs.pop_front();
+  if (K->Generation == Generation) {
+    Cmd C{};
+    C.Kind = CmdKind::Unload;
+    C.Kernel = K->Id;
+    (void)push(C);
   }
 }
 
@@ -635,401 +1071,256 @@ void GpuTarget::release(Alloc *A) {
 // Operations
 //===----------------------------------------------------------------------===//
 
-std::string GpuTarget::describe(const Op &O) const {
-  return formatv("ifunc '{0}' ({1})", O.Kernel->Info.Name,
-                 toHex(O.Kernel->Info.Hash).substr(0, 16))
-      .str();
+GpuTarget::Pending &GpuTarget::expect(uint64_t Conn, const Cmd &C,
+                                      uint64_t Tag, bool Answers, Alloc *Mem) {
+  Pending &P = Conns[Conn].emplace_back();
+  P.Kind = C.Kind;
+  P.Seq = C.Tag;
+  P.Tag = Tag;
+  P.Answers = Answers;
+  P.Mem = Mem;
+  this->Answers += Answers;
+  return P;
+}
+
+bool GpuTarget::issue(Work &W) {
+  auto Room = [&] {
+    return CmdHead - Ch.H->CmdTail.load(std::memory_order_acquire) < CmdSlots;
+  };
+  size_t Cap = Opts.StagingBytes;
+  char *Staging = Ch.Staging;
+  Cmd C{};
+  C.Conn = W.Conn;
+  if (W.Close) {
+    C.Kind = CmdKind::Close;
+    return push(C);
+  }
+  switch (W.What) {
+  case DeviceDone::Fence:
+    C.Kind = CmdKind::Fence;
+    if (!push(C))
+      return false;
+    expect(W.Conn, C, W.Tag, true, nullptr);
+    return true;
+  case DeviceDone::Read: {
+    if (!W.Data)
+      W.Data = std::make_shared<std::string>(W.Length, '\0');
+    // In pieces of a quarter of the staging area at most.
+    do {
+      uint64_t Piece = std::min<uint64_t>(W.Length - W.Sent, Cap / 4);
+      if (!Room())
+        return false;
+      Alloc *A = nullptr;
+      if (Piece && !(A = stage(Piece)))
+        return false;
+      C.Kind = CmdKind::Read;
+      C.Off = A ? A->Begin % Cap : 0;
+      C.Len = Piece;
+      C.A = W.Sent;
+      (void)push(C);
+      Pending &P = expect(W.Conn, C, W.Tag, W.Sent + Piece >= W.Length, A);
+      P.Data = W.Data;
+      P.DataOff = W.Sent;
+      P.Len = Piece;
+      W.Sent += Piece;
+    } while (W.Sent < W.Length);
+    return true;
+  }
+  case DeviceDone::Launch: {
+    GpuKernel &K = *W.Kernel;
+    if (K.Generation != Generation && !reload(K))
+      return false;
+    size_t Size = W.Payload.size();
+    Alloc *A = nullptr;
+    if (Size <= Cap / 2) {
+      if (!Room() || !(A = stage(Size)))
+        return false;
+      C.Off = A->Begin % Cap;
+      if (Size)
+        std::memcpy(Staging + C.Off, W.Payload.data(), Size);
+    } else {
+      // Larger than the staging area takes at once: into device memory of
+      // its own, in pieces, on the connection's stream.
+      if (!W.Big) {
+        if (!Room())
+          return false;
+        W.Big = NextBig++;
+        Cmd B = C;
+        B.Kind = CmdKind::BigAlloc;
+        B.Len = Size;
+        B.A = W.Big;
+        (void)push(B);
+        expect(W.Conn, B, 0, false, nullptr);
+        ++Counters.LargePayloads;
+      }
+      while (W.Sent < Size) {
+        uint64_t Piece = std::min<uint64_t>(Size - W.Sent, Cap / 4);
+        Alloc *Part;
+        if (!Room() || !(Part = stage(Piece)))
+          return false;
+        Cmd B = C;
+        B.Kind = CmdKind::BigCopy;
+        B.Off = Part->Begin % Cap;
+        B.Len = Piece;
+        B.A = W.Big;
+        B.B = W.Sent;
+        std::memcpy(Staging + B.Off, W.Payload.data() + W.Sent, Piece);
+        (void)push(B);
+        expect(W.Conn, B, 0, false, Part);
+        W.Sent += Piece;
+      }
+      if (!Room())
+        return false;
+      C.Flags = FlagBig;
+      C.A = W.Big;
+    }
+    C.Kind = CmdKind::Launch;
+    C.Kernel = K.Id;
+    C.Len = Size;
+    (void)push(C);
+    expect(W.Conn, C, W.Tag, true, A).Kernel = &K;
+    ++Counters.Launches;
+    return true;
+  }
+  }
+  return true;
+}
+
+void GpuTarget::issueHeldBack() {
+  while (!HeldBack.empty() && issue(*HeldBack.front()))
+    HeldBack.pop_front();
+}
+
+void GpuTarget::issueOrHold(Work &W) {
+  if (HeldBack.empty() && issue(W))
+    return;
+  // Held back: the payload must outlive the caller's buffer.
+  auto H = std::make_unique<Work>(std::move(W));
+  if (H->Owned.empty() && !H->Payload.empty()) {
+    H->Owned = H->Payload.str();
+    H->Payload = H->Owned;
+  }
+  HeldBack.push_back(std::move(H));
 }
 
 Error GpuTarget::launch(uint64_t Conn, const LoadedIfunc &L, StringRef Payload,
                         uint64_t Tag) {
-  if (!Broken.empty())
-    return createStringError(Broken);
-  // Its module is ours to reload.
-  GpuKernel &K =
-      *const_cast<GpuKernel *>(static_cast<const GpuKernel *>(L.Device));
-  Expected<Stream *> SE = stream(Conn);
-  if (!SE)
-    return SE.takeError();
-  Stream &S = **SE;
-  if (Error E = ensureModule(K))
-    return E;
-  Op O;
-  O.What = GpuDone::Launch;
-  O.Tag = Tag;
-  O.Kernel = &K;
-  CUdeviceptr P;
-  Expected<Alloc *> A = stage(Payload.size());
-  if (!A)
-    return failLaunch(A.takeError());
-  if (*A) {
-    O.Mem = *A;
-    size_t At = O.Mem->Begin % Opts.StagingBytes;
-    if (!Payload.empty())
-      std::memcpy(Staging + At, Payload.data(), Payload.size());
-    P = StagingDev + At;
-  } else {
-    // Larger than the ring can hold: one copy to device memory, freed
-    // when the launch is done.
-    ++Counters.LargePayloads;
-    if (Error E = TC_CU(*D, cuMemAlloc, &O.Big, Payload.size()))
-      return failLaunch(std::move(E));
-    // On the stream, so the kernel after it sees the bytes; from pageable
-    // memory the driver has taken them when the call returns.
-    if (Error E = TC_CU(*D, cuMemcpyHtoDAsync, O.Big, Payload.data(),
-                        Payload.size(), S.S)) {
-      (void)D->cuMemFree(O.Big);
-      return failLaunch(std::move(E));
-    }
-    P = O.Big;
-  }
-  uint64_t N = Payload.size();
-  CUdeviceptr T = Region;
-  void *Params[] = {&P, &N, &T};
-  if (Error E = TC_CU(*D, cuLaunchKernel, K.Function, K.Grid, 1, 1, K.Block, 1,
-                      1, 0, S.S, Params, nullptr)) {
-    if (O.Mem)
-      release(O.Mem);
-    if (O.Big)
-      (void)D->cuMemFree(O.Big);
-    return failLaunch(std::move(E));
-  }
-  if (S.Ops.empty())
-    S.FrontSince = Clock::now();
-  S.Ops.push_back(std::move(O));
-  ++InFlight;
-  ++K.Launched;
-  ++Counters.Launches;
+  std::lock_guard<std::mutex> G(Mu);
+  if (State == WorkerState::Down && FailedStarts)
+    return createStringError("the GPU worker is not running: " + DownWhy);
+  auto *K = const_cast<GpuKernel *>(static_cast<const GpuKernel *>(L.Device));
+  ++K->Launched;
+  Work W;
+  W.What = DeviceDone::Launch;
+  W.Conn = Conn;
+  W.Tag = Tag;
+  W.Kernel = K;
+  W.Payload = Payload;
+  issueOrHold(W);
   return Error::success();
 }
 
-Error GpuTarget::failLaunch(Error E) {
-  CUresult Code = errorCode(E);
-  if (!isContextLost(Code))
-    return E;
-  // A fault of earlier work, found by this call: the context is gone.
-  std::string Cause = toString(std::move(E));
-  recover(nullptr, Cause);
-  return createStringError("not launched: the GPU context had failed (" +
-                           Cause + ") and was made again");
-}
-
-/// Adds \p O to \p S and records its event (a fence or read ends a group).
-void GpuTarget::pushMarker(Stream &S, Op O) {
-  if (S.Ops.empty())
-    S.FrontSince = Clock::now();
-  S.Ops.push_back(std::move(O));
-  ++InFlight;
-  Expected<CUevent> E = takeEvent();
-  Error Err = E ? TC_CU(*D, cuEventRecord, *E, S.S) : E.takeError();
-  if (!Err) {
-    S.Ops.back().Event = *E;
-    return;
-  }
-  if (E)
-    giveEvent(*E);
-  recover(nullptr, toString(std::move(Err)));
-}
-
 void GpuTarget::fence(uint64_t Conn, uint64_t Tag) {
-  Op O;
-  O.What = GpuDone::Fence;
-  O.Tag = Tag;
-  auto It = Streams.find(Conn);
-  if (It == Streams.end() || It->second->Ops.empty()) {
+  std::lock_guard<std::mutex> G(Mu);
+  if (HeldBack.empty() && !Conns.count(Conn)) {
     // Nothing in flight here: done at once.
-    GpuDone R;
-    R.What = GpuDone::Fence;
+    DeviceDone R;
+    R.What = DeviceDone::Fence;
     R.Conn = Conn;
     R.Tag = Tag;
     Ready.push_back(std::move(R));
     return;
   }
-  pushMarker(*It->second, std::move(O));
+  Work W;
+  W.What = DeviceDone::Fence;
+  W.Conn = Conn;
+  W.Tag = Tag;
+  issueOrHold(W);
 }
 
 void GpuTarget::read(uint64_t Conn, uint64_t Length, uint64_t Tag) {
+  std::lock_guard<std::mutex> G(Mu);
   Length = std::min<uint64_t>(Length, Opts.RegionSize);
-  GpuDone R;
-  R.What = GpuDone::Read;
-  R.Conn = Conn;
-  R.Tag = Tag;
-  if (!Broken.empty()) {
+  if (State == WorkerState::Down && FailedStarts) {
+    DeviceDone R;
+    R.What = DeviceDone::Read;
+    R.Conn = Conn;
+    R.Tag = Tag;
     R.Ok = false;
-    R.Why = Broken;
+    R.Why = "the GPU worker is not running: " + DownWhy;
     Ready.push_back(std::move(R));
     return;
   }
-  Expected<Stream *> SE = stream(Conn);
-  Expected<Alloc *> A = nullptr;
-  if (SE)
-    A = stage(Length);
-  else
-    A = SE.takeError();
-  if (!A) {
-    recover(nullptr, toString(A.takeError()));
-    R.Data.assign(Length, '\0'); // The region is new and zeroed.
-    Ready.push_back(std::move(R));
-    return;
-  }
-  Stream &S = **SE;
-  Op O;
-  O.What = GpuDone::Read;
-  O.Tag = Tag;
-  O.Length = Length;
-  O.Mem = *A;
-  void *Dst;
-  if (O.Mem) {
-    Dst = Staging + O.Mem->Begin % Opts.StagingBytes;
-  } else {
-    // Larger than the ring: into pageable memory, which the driver copies
-    // before the call returns (after the stream's earlier work).
-    O.Data.resize(Length);
-    Dst = O.Data.data();
-  }
-  Error E = Length ? TC_CU(*D, cuMemcpyDtoHAsync, Dst, Region, Length, S.S)
-                   : Error::success();
-  if (E) {
-    if (O.Mem)
-      release(O.Mem);
-    recover(nullptr, toString(std::move(E)));
-    R.Data.assign(Length, '\0');
-    Ready.push_back(std::move(R));
-    return;
-  }
-  pushMarker(S, std::move(O));
+  Work W;
+  W.What = DeviceDone::Read;
+  W.Conn = Conn;
+  W.Tag = Tag;
+  W.Length = Length;
+  issueOrHold(W);
 }
 
-void GpuTarget::finishGroup(Stream &S) {
-  bool Last = false;
-  while (!Last && !S.Ops.empty()) {
-    Op &O = S.Ops.front();
-    Last = O.Event != nullptr;
-    GpuDone R;
-    R.What = O.What;
-    R.Conn = S.Conn;
-    R.Tag = O.Tag;
-    if (O.What == GpuDone::Read) {
-      if (O.Mem)
-        R.Data.assign(Staging + O.Mem->Begin % Opts.StagingBytes, O.Length);
-      else
-        R.Data = std::move(O.Data);
-    }
-    if (O.Mem)
-      release(O.Mem);
-    if (O.Big)
-      (void)D->cuMemFree(O.Big);
-    if (O.Event)
-      giveEvent(O.Event);
-    if (O.Kernel)
-      landed(*O.Kernel);
-    Ready.push_back(std::move(R));
-    --InFlight;
-    S.Ops.pop_front();
-  }
+void GpuTarget::closeConnection(uint64_t Conn) {
+  std::lock_guard<std::mutex> G(Mu);
+  Work W;
+  W.Close = true;
+  W.Conn = Conn;
+  issueOrHold(W);
 }
 
-void GpuTarget::landed(const GpuKernel &KC) {
-  GpuKernel &K = const_cast<GpuKernel &>(KC);
-  if (--K.Launched || Doomed.empty())
-    return;
-  // unload() left it here until its last launch was done.
-  for (auto It = Doomed.begin(); It != Doomed.end(); ++It)
-    if (It->get() == &K) {
-      if (K.Module && K.Generation == Generation)
-        (void)D->cuModuleUnload(K.Module);
-      Doomed.erase(It);
-      return;
-    }
+bool GpuTarget::busy() const {
+  std::lock_guard<std::mutex> G(Mu);
+  return Answers || !Ready.empty() || !HeldBack.empty() ||
+         State == WorkerState::Starting || !Requests.empty();
 }
 
-bool GpuTarget::poll(function_ref<void(GpuDone &)> Done) {
-  if (InFlight || Closing) {
-    Clock::time_point Now = Clock::now();
-    bool Recovered = false;
-    for (auto It = Streams.begin(); !Recovered && It != Streams.end();) {
-      Stream &S = *It->second;
-      // Close the launches made since the last poll into one group.
-      if (!S.Ops.empty() && !S.Ops.back().Event) {
-        Expected<CUevent> E = takeEvent();
-        Error Err = E ? TC_CU(*D, cuEventRecord, *E, S.S) : E.takeError();
-        if (Err) {
-          if (E)
-            giveEvent(*E);
-          recover(nullptr, toString(std::move(Err)));
-          Recovered = true;
-          break;
-        }
-        S.Ops.back().Event = *E;
-      }
-      while (!S.Ops.empty()) {
-        // The front group ends at the first operation with an event.
-        unsigned Launches = 0;
-        CUevent Ev = nullptr;
-        for (const Op &O : S.Ops) {
-          Launches += O.What == GpuDone::Launch;
-          if ((Ev = O.Event))
-            break;
-        }
-        CUresult R = D->cuEventQuery(Ev);
-        if (R == CUDA_SUCCESS) {
-          finishGroup(S);
-          S.FrontSince = Now;
-          continue;
-        }
-        if (R == CUDA_ERROR_NOT_READY) {
-          if (Opts.MaxRunMs && Launches &&
-              Now - S.FrontSince > std::chrono::milliseconds(
-                                       uint64_t(Opts.MaxRunMs) * Launches)) {
-            recover(&S,
-                    formatv("ran longer than the target's time limit ({0} "
-                            "ms)",
-                            Opts.MaxRunMs)
-                        .str());
-            Recovered = true;
-          }
-          break;
-        }
-        recover(nullptr, toString(D->check(R, "cuEventQuery")));
-        Recovered = true;
-        break;
-      }
-      if (Recovered)
-        break;
-      if (S.Ops.empty() && S.Closing) {
-        (void)D->cuStreamDestroy(S.S);
-        --Closing;
-        It = Streams.erase(It);
-        continue;
-      }
-      ++It;
-    }
+bool GpuTarget::poll(function_ref<void(DeviceDone &)> Done) {
+  std::vector<DeviceDone> Out;
+  {
+    std::lock_guard<std::mutex> G(Mu);
+    if (owner())
+      service();
+    else
+      consume();
+    if (Ready.empty())
+      return false;
+    Out.swap(Ready);
   }
-  if (Ready.empty())
-    return false;
-  std::vector<GpuDone> Out;
-  Out.swap(Ready);
-  for (GpuDone &R : Out)
+  for (DeviceDone &R : Out)
     Done(R);
   return true;
 }
 
-//===----------------------------------------------------------------------===//
-// Faults
-//===----------------------------------------------------------------------===//
-
-void GpuTarget::recover(Stream *Overran, const std::string &Cause) {
-  // Whom to blame. A fault is found by the first driver call after it,
-  // whichever stream that call is about, and then every call fails: the
-  // launch that faulted is one of those in flight, and when only one is,
-  // it is known. A launch that overran is in the front group of Overran,
-  // which the time limit measured.
-  auto Suspect = [&](const Stream &S, size_t Index) {
-    if (S.Ops[Index].What != GpuDone::Launch)
-      return false;
-    if (!Overran)
-      return true;
-    if (&S != Overran)
-      return false;
-    for (size_t I = 0; I < Index; ++I)
-      if (S.Ops[I].Event)
-        return false; // Past the front group.
-    return true;
+std::vector<std::string> GpuTarget::traceReport() const {
+  std::vector<std::string> Out;
+  const Header &H = *Ch.H;
+  uint64_t N = std::max<uint64_t>(Counters.Launches, 1);
+  Out.push_back(formatv("gpu trace: launches {0}", Counters.Launches).str());
+  std::vector<std::pair<uint64_t, unsigned>> ByTime;
+  for (unsigned I = 0; I < cuda::NumEntryPoints; ++I)
+    if (H.Trace[I].Calls.load())
+      ByTime.push_back({H.Trace[I].Nanos.load(), I});
+  std::sort(ByTime.rbegin(), ByTime.rend());
+  for (auto [Ns, I] : ByTime) {
+    uint64_t Calls = H.Trace[I].Calls.load();
+    Out.push_back(formatv("gpu trace: call {0} {1:f3} per launch, {2:f3} us "
+                          "each, {3:f3} us per launch",
+                          cuda::entryPointSymbol(I), double(Calls) / double(N),
+                          double(Ns) / double(Calls) / 1e3,
+                          double(Ns) / double(N) / 1e3)
+                      .str());
+  }
+  auto Avg = [](const std::atomic<uint64_t> &Ns, const std::atomic<uint64_t> &C) {
+    uint64_t K = C.load();
+    return K ? double(Ns.load()) / double(K) / 1e3 : 0.0;
   };
-  unsigned Suspects = 0;
-  std::string Culprit;
-  for (auto &KV : Streams)
-    for (size_t I = 0; I < KV.second->Ops.size(); ++I)
-      if (Suspect(*KV.second, I)) {
-        if (!Suspects++)
-          Culprit = describe(KV.second->Ops[I]) +
-                    formatv(" from connection {0}", KV.second->Conn).str();
-      }
-  if (Suspects > 1)
-    Culprit = formatv("one of {0} launches ({1}, ...)", Suspects, Culprit);
-  std::string After = !Suspects ? "a failure (" + Cause + ")"
-                      : Overran ? Culprit + " " + Cause
-                                : Culprit + " faulted: " + Cause;
-  const char *Lost = "; the GPU context was made again and the region's "
-                     "contents are lost";
-  unsigned NFaulted = 0, NLost = 0;
-  for (auto &KV : Streams) {
-    Stream &S = *KV.second;
-    for (size_t I = 0; I < S.Ops.size(); ++I) {
-      Op &O = S.Ops[I];
-      GpuDone R;
-      R.What = O.What;
-      R.Conn = S.Conn;
-      R.Tag = O.Tag;
-      if (O.What == GpuDone::Launch) {
-        R.Ok = false;
-        std::string Who =
-            describe(O) + formatv(" from connection {0}", S.Conn).str();
-        if (!Suspect(S, I)) {
-          ++NLost;
-          R.Why = Who +
-                  " did not run, or its effects were lost: the GPU "
-                  "context was made again after " +
-                  After;
-        } else if (Overran) {
-          ++NFaulted;
-          std::string Which =
-              Suspects > 1
-                  ? formatv(" (this message or one of the {0} launched with "
-                            "it)",
-                            Suspects - 1)
-                        .str()
-                  : "";
-          R.Why = Who + Which + " " + Cause + " and was stopped" + Lost;
-        } else {
-          ++NFaulted;
-          std::string Which =
-              Suspects > 1
-                  ? formatv(", or one of the {0} other launches in flight "
-                            "with it did",
-                            Suspects - 1)
-                        .str()
-                  : "";
-          R.Why = Who + " faulted on the GPU" + Which + ": " + Cause + Lost;
-        }
-      } else if (O.What == GpuDone::Read) {
-        R.Data.assign(O.Length, '\0'); // The new region: zeroed.
-      }
-      Ready.push_back(std::move(R));
-      --InFlight;
-    }
-    S.Ops.clear();
-  }
-  {
-    std::lock_guard<std::mutex> L(KernelsMutex);
-    for (auto &KV : Kernels)
-      KV.second->Launched = 0;
-  }
-  Doomed.clear(); // Their modules go with the context.
-  Counters.Faults += NFaulted;
-  Counters.Lost += NLost;
-  if (Overran)
-    Counters.Overruns += NFaulted;
-  ++Counters.Resets;
-
-  {
-    std::lock_guard<std::mutex> L(CtxMutex);
-    closeContext();
-    Driver &Cu = *D;
-    (void)Cu.cuDevicePrimaryCtxReset(Dev);
-    (void)Cu.cuDevicePrimaryCtxRelease(Dev);
-    Ctx = nullptr;
-    ++Generation; // Every module is reloaded at its next launch.
-    if (Error E = openContext()) {
-      Broken = "the GPU could not be used again after " + After + ": " +
-               toString(std::move(E));
-      event("gpu: " + Broken);
-      return;
-    }
-  }
-  event(formatv("gpu: context made again after {0}: {1} launch(es) failed, "
-                "{2} lost; the region is zeroed",
-                After, NFaulted, NLost));
+  Out.push_back(
+      formatv("gpu trace: hop command {0:f3} us, completion {1:f3} us, device "
+              "{2:f3} us, worker sleeps {3}",
+              Avg(H.Pipe.CmdHopNs, H.Pipe.CmdHops),
+              Avg(H.Pipe.DoneHopNs, H.Pipe.DoneHops),
+              Avg(H.Pipe.DeviceNs, H.Pipe.Completions), H.Pipe.Sleeps.load())
+          .str());
+  return Out;
 }
 
 } // namespace tc

@@ -1,43 +1,43 @@
 //===- GpuTarget.h - Run ifuncs' GPU members on one CUDA device -*- C++ -*-===//
 //
 // A GPU target (tc-serve --gpu N) runs an archive's nvptx64 member on one
-// device, through the CUDA driver (CudaDriver.h), and its CPU member on
-// the host when the archive has no member for the device:
+// device, and its CPU member on the host when the archive has no member for
+// the device. The device belongs to a worker process (GpuWorker.h) that the
+// target starts, watches, and ends and starts again when the device's
+// context is lost (CUDA's sticky errors cannot be cleared inside the process
+// that hit them) or a kernel overruns the time limit (no driver call stops
+// one kernel; ending its process does). The target keeps its connections;
+// the messages in flight on the device are answered with DeviceFault naming
+// the ifunc, and the next message runs on the new worker.
 //
-//  - the device's primary context; the region (--region-size bytes) in
-//    device memory, zeroed; an ifunc's target_args is its device address;
-//  - per connection one stream: the messages of a connection run in order,
-//    different connections' may overlap;
-//  - loading: the member is lowered to PTX in-process (Ptx.h), the driver
-//    links the PTX into the device's machine code (cuLink*: a cubin), and
-//    the cubin is loaded as a module. Cubins are kept in memory (a module
-//    is reloaded from them after a context reset) and, with a cache
-//    directory, on disk, keyed by the code identity, member, device sm,
-//    PTX version, driver version and LLVM version;
-//  - launching: the payload is copied once, into pinned host memory the
-//    device reads through its mapping (cuMemHostAlloc DEVICEMAP), and the
-//    kernel launched on the connection's stream with the member's launch
-//    shape; launch() returns without waiting;
-//  - completion: poll() records one event per stream for the launches
-//    made since its last call and reports each operation as it finishes,
-//    in order per connection; fences and region reads are operations on
-//    the stream too, so they complete after the connection's earlier
-//    messages;
-//  - faults: a kernel that faults (illegal address, trap, ...) or runs
-//    longer than the time limit ends with an error naming its ifunc; the
-//    context is reset and made again (the region is new and zeroed, every
-//    other operation in flight is reported lost) and the target goes on.
+//  - The target lowers members to PTX (Ptx.h) in this process; the worker
+//    JITs the PTX (cuModuleLoadDataEx) and, with a cache directory, links
+//    it into a cubin on a thread of its own for the disk cache, which later
+//    loads and restarted workers read.
+//  - The region (--region-size bytes) is the worker's device memory,
+//    zeroed at every start; an ifunc's target_args is its device address.
+//  - Payloads are written once, into the staging area of the memory the
+//    target shares with its worker (GpuChannel.h), which the device reads
+//    through its mapping; a payload larger than half of it goes to device
+//    memory in pieces.
+//  - Per connection one stream: the messages of a connection run in order,
+//    different connections' may overlap. launch() returns without waiting;
+//    poll() reports each operation when the worker says it is done, in
+//    order per connection.
+//  - Nothing here waits on the device: a full staging area or command ring
+//    holds later operations back (in order) until room comes.
 //
 // Threads: load() may run on any thread (the Runtime's compile helper),
-// and concurrently with the rest; everything else belongs to the thread
-// that created the target (the progress thread).
+// concurrently with the rest; everything else belongs to the thread that
+// created the target (the progress thread), which also starts workers (a
+// worker ends with the thread that started it: PR_SET_PDEATHSIG).
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef TC_RUNTIME_GPU_GPUTARGET_H
 #define TC_RUNTIME_GPU_GPUTARGET_H
 
-#include "gpu/CudaDriver.h"
+#include "gpu/GpuChannel.h"
 #include "gpu/Ptx.h"
 #include "jit/Device.h"
 #include "jit/Jit.h"
@@ -47,13 +47,18 @@
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/Error.h"
 
-#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <sys/types.h>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace tc {
@@ -61,17 +66,22 @@ namespace tc {
 struct GpuOptions {
   int Device = 0;           ///< CUDA device ordinal.
   size_t RegionSize = 4096; ///< Bytes of device memory for target_args.
-  std::string CacheDir;     ///< Cubins on disk; empty: memory only.
+  std::string CacheDir;     ///< Cubins on disk; empty: none.
   unsigned MaxRunMs = 0;    ///< A launch running longer faults; 0: none.
   std::string Library;      ///< The driver; empty: $TC_CUDA_LIBRARY or
                             ///< libcuda.so.1.
-  /// Pinned, device-mapped host memory payloads are copied into for the
-  /// kernel to read (a ring); a larger payload goes to device memory.
+  /// Bytes of the staging area payloads and region reads pass through.
   size_t StagingBytes = size_t(16) << 20;
-  bool Prewarm = true; ///< Lower a built-in module once at start.
+  bool Prewarm = true; ///< Lower and JIT a built-in module at each start.
+  /// The executable that becomes the worker with --gpu-worker (tc-serve);
+  /// empty: this process's own executable.
+  std::string WorkerPath;
+  bool Trace = false; ///< Count and time the worker's driver calls.
+  /// How long a worker may take to start (cuInit, the context).
+  unsigned StartTimeoutMs = 120000;
 };
 
-/// The device, as create() found it.
+/// The device, as the worker found it.
 struct GpuInfo {
   int Device = 0;
   std::string Name;      ///< "NVIDIA H100 80GB HBM3"
@@ -83,44 +93,46 @@ struct GpuInfo {
   unsigned PtxVersion = 0; ///< The PTX version written (78 is 7.8).
   std::string Library;     ///< The driver library loaded.
   double PrewarmMillis = 0;
+  double WorkerStartMillis = 0; ///< The first worker's start, to ready.
+  /// Empty when the device reads staging in place; else why the driver
+  /// would not register it (payloads are copied once more).
+  std::string StagingCopied;
 };
 
-/// One GPU member loaded on the device. Its LoadedIfunc (Info) is what the
-/// Runtime keeps for the code identity, with Info.Device pointing here.
+/// One GPU member loaded. Its LoadedIfunc (Info) is what the Runtime keeps
+/// for the code identity, with Info.Device pointing here.
 struct GpuKernel {
   LoadedIfunc Info;
-  std::string Kernel;                   ///< "__tc_kernel_NAME"
-  std::string CodeArch;                 ///< The sm the PTX was generated for.
-  uint32_t Threads = 1;                 ///< NAME_threads (1 when absent).
-  unsigned Grid = 1, Block = 1;         ///< The launch shape.
-  double PtxMillis = 0, LinkMillis = 0; ///< Lowering and the driver's link.
+  uint32_t Id = 0;         ///< The worker's name for it.
+  std::string Kernel;      ///< "__tc_kernel_NAME"
+  std::string CodeArch;    ///< The sm the PTX was generated for.
+  uint32_t Threads = 1;    ///< NAME_threads (1 when absent).
+  std::optional<uint32_t> DeclaredThreads;
+  unsigned Grid = 1, Block = 1;        ///< The launch shape.
+  double PtxMillis = 0, JitMillis = 0; ///< Lowering; the worker's load.
   size_t PtxBytes = 0;
-  std::string Cubin; ///< Kept: the module is reloaded from it.
-  // The module and function in the context of generation Generation.
-  cuda::CUmodule Module = nullptr;
-  cuda::CUfunction Function = nullptr;
-  uint64_t Generation = 0;
-  unsigned Launched = 0; ///< Launches in flight (the progress thread's).
+  std::string Ptx;       ///< Kept: a new worker loads it again.
+  std::string CachePath; ///< Its cubin's file, with a cache directory.
+  uint64_t Generation = 0; ///< The worker it is loaded in.
+  unsigned Launched = 0;   ///< Launches not answered yet.
 };
-
-/// What one operation on a connection's stream came to.
-using GpuDone = DeviceDone;
 
 struct GpuCounters {
   uint64_t Launches = 0;
   uint64_t Faults = 0;   ///< Launches that faulted or overran.
   uint64_t Overruns = 0; ///< Of those, overran the time limit.
   uint64_t Lost = 0;     ///< Launches lost to another's fault.
-  uint64_t Resets = 0;   ///< Contexts made again.
+  uint64_t Restarts = 0; ///< Workers started again.
   uint64_t Loads = 0, DiskCacheHits = 0;
   uint64_t LargePayloads = 0; ///< Payloads copied to device memory.
 };
 
 class GpuTarget final : public DeviceTarget {
 public:
-  /// Loads the driver, initialises it, opens device \p O.Device's primary
-  /// context and allocates the region. Fails with one line when there is
-  /// no driver, no such device, or the device or LLVM cannot run PTX.
+  /// Starts the worker, which loads the driver, finds device \p O.Device,
+  /// opens its context and allocates the region; then sets up the PTX
+  /// compiler for it. Fails with one line when there is no driver, no such
+  /// device, or the device or LLVM cannot run PTX.
   static llvm::Expected<std::unique_ptr<GpuTarget>> create(const GpuOptions &O);
   ~GpuTarget() override;
   GpuTarget(const GpuTarget &) = delete;
@@ -128,129 +140,150 @@ public:
 
   const GpuInfo &info() const { return Info; }
   const GpuCounters &counters() const { return Counters; }
-  cuda::Driver &driver() { return *D; }
-  /// The region's device address (what kernels get as target_args).
-  cuda::CUdeviceptr region() const { return Region; }
   size_t regionSize() const { return Opts.RegionSize; }
+  /// The worker's pid (-1 while none runs).
+  pid_t workerPid() const { return Pid; }
   // DeviceTarget.
   std::string triple() const override { return NvptxTriple; }
   std::string arch() const override { return Info.Arch; }
   uint32_t driverVersion() const override {
     return uint32_t(Info.DriverVersion);
   }
-  /// A bitcode nvptx64 member for the device's sm, or null.
   const Member *memberFor(const Archive &A) const override;
-  /// Lowers, links and loads member \p M (memberFor()) unless its identity
-  /// is loaded already. Any thread. Errors name the ifunc; LoadError kinds
-  /// as the CPU JIT's (CompileFailed for lowering, link or module load).
   llvm::Expected<const LoadedIfunc &> load(const Archive &A,
                                            const Member &M) override;
-  /// Forgets \p H: find() no longer returns it, and its module is freed
-  /// once its launches in flight are done.
   void unload(const ArchiveHash &H) override;
   std::string describe(const LoadedIfunc &L) const override;
-  /// Launches \p L's kernel on \p Conn's stream with \p Payload (copied
-  /// first) and the region; \p Tag comes back in the GpuDone. An error
-  /// here means nothing was launched (and, if the context was lost, it was
-  /// made again: the other operations in flight are reported by poll()).
   llvm::Error launch(uint64_t Conn, const LoadedIfunc &L,
                      llvm::StringRef Payload, uint64_t Tag) override;
-  /// A marker: done when every earlier operation on \p Conn is.
   void fence(uint64_t Conn, uint64_t Tag) override;
-  /// Reads the first min(\p Length, region size) bytes of the region
-  /// after every earlier operation on \p Conn.
   void read(uint64_t Conn, uint64_t Length, uint64_t Tag) override;
-  bool busy() const override { return InFlight != 0 || !Ready.empty(); }
-  /// Closes \p Conn's stream (its operations still complete).
+  bool busy() const override;
   void closeConnection(uint64_t Conn) override;
-  /// Records an event for each stream's launches since the last call,
-  /// checks what finished and the time limit, and reports each finished
-  /// operation to \p Done (in order per connection; faults first make the
-  /// context again). Returns whether anything was reported.
-  bool poll(llvm::function_ref<void(GpuDone &)> Done) override;
-
+  bool poll(llvm::function_ref<void(DeviceDone &)> Done) override;
   const LoadedIfunc *find(const ArchiveHash &H) const override;
-  /// The kernel loaded for \p H, or null.
   const GpuKernel *kernel(const ArchiveHash &H) const;
-  /// Operations in flight or not reported on \p Conn.
-  bool busy(uint64_t Conn) const;
 
-  /// A description of each event worth a line (context recreated, ...).
+  /// A description of each event worth a line (a worker restarted, ...).
   void onEvent(std::function<void(llvm::StringRef)> CB) {
     EventCB = std::move(CB);
   }
+  /// With GpuOptions::Trace: lines that say where a launch's time went
+  /// (driver calls per launch and the time in each, the hops between the
+  /// target and its worker).
+  std::vector<std::string> traceReport() const;
 
 private:
   GpuTarget() = default;
-  struct Op;
-  struct Stream;
-  struct Alloc;
+  /// A piece of the staging area, freed in allocation order.
+  struct Alloc {
+    size_t Begin = 0, End = 0; ///< Ring positions (counted over all laps).
+    bool Done = false;
+  };
+  struct Pending;
+  struct Work;
+  struct Request;
 
-  llvm::Error openContext(); ///< Retain, make current, region, staging.
-  void closeContext();       ///< Frees what openContext made.
-  /// After a lost context: reports every operation in flight (launches
-  /// as failed: those that may have faulted, or with \p Overran those of
-  /// its front group, blamed with \p Cause; the others as lost; fences as
-  /// done; reads with the new region's zeros), resets the primary context
-  /// and opens it again.
-  void recover(Stream *Overran, const std::string &Cause);
-  llvm::Expected<Stream *> stream(uint64_t Conn);
-  llvm::Expected<cuda::CUevent> takeEvent();
-  void giveEvent(cuda::CUevent E);
-  /// Makes \p K's module current (reloads it after a reset).
-  llvm::Error ensureModule(GpuKernel &K);
-  llvm::Error loadModule(GpuKernel &K); ///< Under CtxMutex.
-  /// The driver's link of \p Ptx into a cubin for this device.
-  llvm::Expected<std::string> link(llvm::StringRef Ptx, llvm::StringRef Name);
-  /// A launch's driver error: returned as it is, unless it says the
-  /// context is lost, which recover()s first.
-  llvm::Error failLaunch(llvm::Error E);
-  /// Adds a fence or read to \p S with its own event.
-  void pushMarker(Stream &S, Op O);
-  /// Room for \p Size bytes of pinned, mapped staging; blocks for the
-  /// oldest operations to finish when the ring is full. Null when \p Size
-  /// is larger than the ring can ever hold.
-  llvm::Expected<Alloc *> stage(size_t Size);
+  // The worker.
+  llvm::Error startWorker();
+  /// Reads the worker's hello; with \p Block, until it ends or times out.
+  llvm::Error readHello(bool Block);
+  /// The owner thread's turn: the hello, completions, a worker that ended
+  /// or stopped answering (started again), held-back work.
+  void service();
+  /// Takes the worker's completions (any thread, under Mu).
+  void consume();
+  void workerGone(const std::string &Cause);
+  void reap(bool Wait);
+  void resetChannel();
+  bool owner() const { return std::this_thread::get_id() == Owner; }
+
+  // Commands.
+  bool push(gpu::Cmd &C);
+  Alloc *stage(size_t Size);
   void release(Alloc *A);
+  /// Turns \p W into commands as far as room allows; true when all of it
+  /// went.
+  bool issue(Work &W);
+  void issueHeldBack();
+  /// Queues the load of \p K's code into the current worker (a restarted
+  /// worker does not have it).
+  bool reload(GpuKernel &K);
+  void finish(uint64_t Conn, Pending &P, bool Ok, const std::string &Why);
+  /// Records that command \p C (pushed) of \p Conn awaits the worker's
+  /// answer; with \p Answers, the answer is the Runtime's operation \p Tag.
+  Pending &expect(uint64_t Conn, const gpu::Cmd &C, uint64_t Tag, bool Answers,
+                  Alloc *Mem);
+  void landed(GpuKernel &K);
+  /// Sends \p Image to the worker as kernel \p K and waits for its answer.
+  llvm::Error loadInWorker(GpuKernel &K, const std::string &Image, bool IsPtx);
+  /// Stages \p Image, a NUL, \p Tail and a NUL and sends one command of
+  /// \p Kind about them (Load, Prewarm, CacheLink), under Mu; with \p Wait
+  /// someone will await() the answer. Returns the command's Seq.
+  llvm::Expected<uint64_t> request(gpu::CmdKind Kind, uint32_t Kernel,
+                                   uint8_t Flags, uint64_t A,
+                                   const std::string &Image,
+                                   const std::string &Tail, bool Wait = true);
+  /// Waits for request \p Seq's answer; called with Mu held, returns with
+  /// it held.
+  llvm::Error await(uint64_t Seq, Request &Out);
+  /// Issues \p W, or holds it back (behind what is held back already).
+  void issueOrHold(Work &W);
   std::string cacheKey(const Archive &A, const Member &M,
                        llvm::StringRef CodeArch) const;
   void event(const llvm::Twine &Msg);
-  /// Completes the front group of \p S (its event finished).
-  void finishGroup(Stream &S);
-  /// A launch of \p K is done: frees K if unload() left it to the end.
-  void landed(const GpuKernel &K);
-  std::string describe(const Op &O) const;
 
   GpuOptions Opts;
   GpuInfo Info;
   GpuCounters Counters;
-  std::unique_ptr<cuda::Driver> D;
   std::unique_ptr<PtxCompiler> Ptx;
-  cuda::CUdevice Dev = 0;
-  /// Guards the context against a reset while load() uses it on another
-  /// thread: load() holds it, recover() takes it.
-  mutable std::mutex CtxMutex;
-  cuda::CUcontext Ctx = nullptr;
-  uint64_t Generation = 1; ///< Bumped by every reset.
-  cuda::CUdeviceptr Region = 0;
-  // The staging ring: pinned, mapped host memory.
-  char *Staging = nullptr;
-  cuda::CUdeviceptr StagingDev = 0;
-  size_t Head = 0, Tail = 0; ///< Bytes handed out / released, ever.
-  std::deque<std::unique_ptr<Alloc>> Allocs; ///< In allocation order.
-  std::vector<cuda::CUevent> FreeEvents;
-  std::map<uint64_t, std::unique_ptr<Stream>> Streams;
-  unsigned Closing = 0; ///< Streams closed with work still in flight.
-  /// Unloaded kernels whose launches are still in flight.
-  std::vector<std::unique_ptr<GpuKernel>> Doomed;
-  unsigned InFlight = 0;      ///< Operations not reported yet.
-  std::vector<GpuDone> Ready; ///< Reported at the next poll().
-  /// Set when the context could not be made again: every operation fails
-  /// with it.
-  std::string Broken;
+  std::string PrewarmPtx;
+  std::thread::id Owner;
+
+  /// Guards everything below (and Counters).
+  mutable std::mutex Mu;
+  std::condition_variable Answered; ///< A Request was answered.
+
+  // The channel.
+  int ShmFd = -1;
+  void *Base = nullptr;
+  size_t Bytes = 0;
+  gpu::Channel Ch;
+  uint64_t CmdHead = 0, DoneTail = 0;
+  uint64_t NextSeq = 1, NextBig = 1;
+  // The staging ring (positions counted over all laps).
+  size_t SHead = 0, STail = 0;
+  std::deque<Alloc> Allocs;
+
+  // The worker.
+  enum class WorkerState { Starting, Ready, Down } State = WorkerState::Down;
+  pid_t Pid = -1;
+  int Sock = -1;
+  uint64_t Generation = 0; ///< Bumped by every start.
+  uint64_t StartNs = 0, NextRestartNs = 0, LastCheckNs = 0;
+  uint64_t LastBeat = 0, LastBeatNs = 0;
+  unsigned FailedStarts = 0;
+  std::string Hello;  ///< What the worker said so far.
+  std::string DownWhy; ///< Why no worker runs.
+  std::vector<pid_t> Zombies;
+  // What the worker said before it ended.
+  bool FatalSeen = false;
+  gpu::Done Fatal{};
+  std::map<uint64_t, uint64_t> SubmittedThrough; ///< Conn -> last Seq.
+
+  /// Commands of each connection not answered yet, in order.
+  std::map<uint64_t, std::deque<Pending>> Conns;
+  size_t Answers = 0; ///< Pending entries that answer the Runtime.
+  /// Operations held back, in arrival order.
+  std::deque<std::unique_ptr<Work>> HeldBack;
+  std::map<uint64_t, std::unique_ptr<Request>> Requests; ///< By Seq.
+  std::vector<DeviceDone> Ready;
 
   mutable std::mutex KernelsMutex;
   std::map<ArchiveHash, std::unique_ptr<GpuKernel>> Kernels;
+  std::unordered_map<uint32_t, GpuKernel *> ById;
+  std::vector<std::unique_ptr<GpuKernel>> Doomed;
+  uint32_t NextKernel = 1;
   std::function<void(llvm::StringRef)> EventCB;
 };
 

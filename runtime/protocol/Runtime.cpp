@@ -195,13 +195,20 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
     for (auto &KV : Compiling)
       llvm::erase_if(KV.second.Waiters,
                      [C](const CompileWaiter &W) { return W.Conn == C; });
+    // errc::connection_reset tells the C API's callers which errors these
+    // are (TC_ERR_CONNECTION_RESET).
+    auto Closed = [&] {
+      return make_error<StringError>("connection closed: " + Why,
+                                     std::make_error_code(
+                                         std::errc::connection_reset));
+    };
     for (Held &H : Outbox)
-      H.Fail(createStringError("connection closed: " + Why));
+      H.Fail(Closed());
     for (auto &KV : Fences)
       if (KV.second)
-        KV.second(createStringError("connection closed: " + Why));
+        KV.second(Closed());
     for (auto &KV : Reads)
-      KV.second(createStringError("connection closed: " + Why));
+      KV.second(Closed());
   }
   if (Device) // Its work still finishes; nothing is sent for it.
     Device->closeConnection(C);

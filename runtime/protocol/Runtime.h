@@ -231,12 +231,15 @@ public:
                  llvm::unique_function<void(llvm::Error)> Done = nullptr);
 
   /// Sends a fence; \p Done runs when the target has processed every
-  /// earlier message on \p Conn (run or rejected).
+  /// earlier message on \p Conn (run or rejected). When the connection
+  /// goes first, or the fence cannot be sent on it, the error of fences,
+  /// region reads and held sends carries std::errc::connection_reset.
   void fence(ConnId Conn, llvm::unique_function<void(llvm::Error)> Done);
 
   /// Reads up to \p Length bytes of the target's exposed region. The read
   /// is ordered after every earlier message on \p Conn, so its reply also
-  /// says those have been processed.
+  /// says those have been processed. The target's refusal (no region)
+  /// is an error carrying std::errc::operation_not_permitted.
   void readRegion(ConnId Conn, uint64_t Length,
                   llvm::unique_function<void(llvm::Expected<std::string>)> Done);
 

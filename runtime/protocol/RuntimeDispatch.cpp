@@ -467,9 +467,13 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
       return;
     }
     if (S.Reads.count(F.Seq)) {
-      finishWaiter(S.Reads, F.Seq,
-                   createStringError("target: " + wireStatusName(F.Status) +
-                                     ": " + F.Message));
+      // errc::operation_not_permitted: the target refused (the C API's
+      // TC_ERR_REMOTE).
+      finishWaiter(
+          S.Reads, F.Seq,
+          make_error<StringError>(
+              "target: " + wireStatusName(F.Status) + ": " + F.Message,
+              std::make_error_code(std::errc::operation_not_permitted)));
       return;
     }
     RemoteError RE{C, F.Seq, F.Status, F.Message.str()};

@@ -355,6 +355,15 @@ void Runtime::send(ConnId C, const Message &M,
   sendFrame(C, F, BodyBuf, std::move(Done));
 }
 
+/// A frame that could not be sent: the transport failed the connection
+/// (UCX's status in the message). Marked as a connection's error, as those
+/// of a connection that closed are (Runtime.h, fence()).
+static Error sendFailed(Error E) {
+  return make_error<StringError>(
+      toString(std::move(E)),
+      std::make_error_code(std::errc::connection_reset));
+}
+
 void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   Conn &S = conn(C);
   if (S.Blocked)
@@ -367,6 +376,8 @@ void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
   F.Seq = S.NextSeq++;
   S.Fences[F.Seq] = std::move(Done);
   sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
+    if (E)
+      E = sendFailed(std::move(E));
     auto It = Conns.find(C);
     if (E && (It == Conns.end() ||
               !finishWaiter(It->second.Fences, Seq, std::move(E))))
@@ -389,6 +400,8 @@ void Runtime::readRegion(ConnId C, uint64_t Length,
   F.Length = Length;
   S.Reads[F.Seq] = std::move(Done);
   sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
+    if (E)
+      E = sendFailed(std::move(E));
     auto It = Conns.find(C);
     if (E && (It == Conns.end() ||
               !finishWaiter(It->second.Reads, Seq, std::move(E))))

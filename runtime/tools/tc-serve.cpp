@@ -12,6 +12,7 @@
 #include "jit/Guard.h"
 #include "bootstrap/Bootstrap.h"
 #include "gpu/GpuTarget.h"
+#include "gpu/GpuWorker.h"
 #include "protocol/Runtime.h"
 #include "ToolSupport.h"
 
@@ -90,6 +91,9 @@ OPTIONS:
                        memory; its CPU member here when it has none for the
                        device. Needs the NVIDIA driver (libcuda.so.1, or
                        $TC_CUDA_LIBRARY) at run time. docs/runtime.md
+  --gpu-trace          Count and time the GPU worker's driver calls and
+                       the hops to it; with -v, print per launch where the
+                       time went when tc-serve ends
   --gpu-info           Print the device of --gpu N (name, sm, driver, PTX
                        version, memory) and exit; exit 1 with the reason if
                        it cannot run ifuncs
@@ -372,11 +376,15 @@ static Expected<std::set<ArchiveHash>> readAllowList(StringRef Path) {
 }
 
 int main(int argc, char **argv) {
+  // A GPU target's worker process (runtime/gpu/GpuWorker.h): tc-serve
+  // --gpu starts this executable again with --gpu-worker first.
+  if (argc > 1 && StringRef(argv[1]) == GpuWorkerFlag)
+    return gpuWorkerMain(argc, argv);
   const char *Tool = "tc-serve";
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
   bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false,
-       GpuInfo = false;
+       GpuInfo = false, GpuTrace = false;
   std::optional<int> Gpu;
   std::string GpuPtx, GpuArch, GpuCuda;
   RuntimeOptions Opts;
@@ -400,6 +408,8 @@ int main(int argc, char **argv) {
                takeOption(argc, argv, I, "--gpu-cuda", GpuCuda, OptError)) {
     } else if (A == "--gpu-info") {
       GpuInfo = true;
+    } else if (A == "--gpu-trace") {
+      GpuTrace = true;
     } else if (A == "-v") {
       Verbose = true;
     } else if (A == "--pmix") {
@@ -541,6 +551,7 @@ int main(int argc, char **argv) {
     GO.CacheDir = Opts.Jit.CacheDir;
     GO.MaxRunMs = MaxRun;
     GO.Prewarm = Prewarm;
+    GO.Trace = GpuTrace;
     Expected<std::unique_ptr<GpuTarget>> GT = GpuTarget::create(GO);
     if (!GT)
       return toolError(Tool, toString(GT.takeError()));
@@ -568,6 +579,15 @@ int main(int argc, char **argv) {
            << R.jit().cpu() << "\n";
     if (G) {
       outs() << "tc-serve: " << describeGpu(G->info()) << "\n";
+      const tc::GpuInfo &I = G->info();
+      outs() << formatv("tc-serve: gpu: worker pid {0} ready in {1:f1} ms; "
+                        "{2}\n",
+                        G->workerPid(), I.WorkerStartMillis,
+                        I.StagingCopied.empty()
+                            ? std::string("payloads are read in place")
+                            : "payloads are copied once more (the driver "
+                              "would not map the staging area: " +
+                                  I.StagingCopied + ")");
       G->onEvent([](StringRef E) {
         outs() << "tc-serve: " << E << "\n";
         outs().flush();
@@ -659,10 +679,13 @@ int main(int argc, char **argv) {
   if (G) {
     const GpuCounters &C = G->counters();
     outs() << formatv("tc-serve: gpu: launches {0}, faults {1} (over the "
-                      "time limit {2}), lost {3}, context resets {4}, loads "
+                      "time limit {2}), lost {3}, worker restarts {4}, loads "
                       "{5} ({6} from the disk cache), large payloads {7}\n",
-                      C.Launches, C.Faults, C.Overruns, C.Lost, C.Resets,
+                      C.Launches, C.Faults, C.Overruns, C.Lost, C.Restarts,
                       C.Loads, C.DiskCacheHits, C.LargePayloads);
+    if (GpuTrace && Verbose)
+      for (const std::string &L : G->traceReport())
+        outs() << "tc-serve: " << L << "\n";
     outs().flush();
   }
   SignalTarget = nullptr;

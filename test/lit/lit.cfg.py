@@ -160,13 +160,16 @@ if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
     config.available_features.add("ci")
 
 # --- GPU targets (issue #35) ---
-# %fake_cuda: a stand-in libcuda.so.1 that answers device discovery as
-# TC_FAKE_CUDA says (test/unit/FakeCuda.c), for error paths without a GPU.
+# %cuda_model: the model of the CUDA driver (test/unit/CudaModel.cpp) that
+# stands in for libcuda.so.1 without a GPU (tests in gpu-model/ run GPU
+# targets on it); TC_FAKE_CUDA makes it a device that cannot serve, for
+# the error paths (%fake_cuda names the same library).
 # Feature "cuda": this machine has an NVIDIA driver and a device a GPU
 # target can use (tc-serve --gpu-info succeeds); tests that run ifuncs on
 # a GPU say REQUIRES: cuda.
-config.substitutions.append(("%fake_cuda", os.path.join(
-    config.tc_obj_root, "lib", "libtc-fake-cuda.so")))
+for _name in ("%cuda_model", "%fake_cuda"):
+    config.substitutions.append((_name, os.path.join(
+        config.tc_obj_root, "lib", "libtc-cuda-model.so")))
 def _cuda_usable():
     serve = os.path.join(config.tc_tools_dir, "tc-serve")
     if not os.access(serve, os.X_OK):
@@ -179,3 +182,28 @@ def _cuda_usable():
 if _cuda_usable():
     config.available_features.add("cuda")
 # --- end GPU targets
+
+# --- Python (issue #42): the tc package for Debian's python3, as built into
+# build/python. %tc_python runs that python3 with the package on its path;
+# in a sanitizer build, with the sanitizer runtime preloaded (libtc and the
+# extension are instrumented, python3 is not). Feature "python": the package
+# was built (and this is no ThreadSanitizer build, whose runtime cannot be
+# preloaded); without it the tests in python/ are unsupported, except
+# python/available.test, which under CI fails instead.
+# %debian_python is that python3 alone (with the runtime preloaded), for
+# tests that put another copy of the package on its path.
+debian_python = '"%s"' % config.tc_python
+if config.tc_sanitize and not config.tc_sanitize_thread:
+    asan_rt = subprocess.check_output(
+        [os.path.join(config.llvm_tools_dir, "clang"),
+         "-print-file-name=libclang_rt.asan-x86_64.so"], text=True).strip()
+    debian_python = 'env TC_SANITIZER_RT=%s TC_PYTHON="%s" sh "%s"' % (
+        asan_rt, config.tc_python, os.path.join(
+            config.test_source_root, "python", "Inputs",
+            "sanitized-python.sh"))
+config.substitutions.append(("%tc_python", "env PYTHONPATH=%s %s" % (
+    os.path.join(config.tc_obj_root, "python"), debian_python)))
+config.substitutions.append(("%debian_python", debian_python))
+if config.tc_have_python and not config.tc_sanitize_thread:
+    config.available_features.add("python")
+# --- end Python

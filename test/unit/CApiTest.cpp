@@ -400,6 +400,156 @@ TEST(CApi, SendFlushAndStats) {
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, LastErrorKeepsTheMessageAndLoggingCanBeTurnedOff) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(tc_set_error_logging(0), 1);
+  EXPECT_EQ(tc_worker_evict_code(nullptr), TC_ERR_INVALID_PARAM);
+  EXPECT_STREQ(tc_last_error(), "tc_worker_evict_code: worker is NULL");
+  EXPECT_EQ(tc_set_error_logging(1), 0);
+  EXPECT_EQ(tc_worker_set_region(nullptr, nullptr, 0), TC_ERR_INVALID_PARAM);
+  EXPECT_STREQ(tc_last_error(), "tc_worker_set_region: NULL argument");
+  std::string Err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Err, "tc: error: tc_worker_set_region: NULL argument\n");
+}
+
+/// Flushes \p Ep; returns the status the flush ended with.
+static tc_status_t flushStatus(std::vector<tc_worker_h> Ws, tc_ep_h Ep) {
+  struct Done {
+    bool Yes = false;
+    tc_status_t S = TC_OK;
+  } D;
+  tc_status_t S = tc_ep_flush_nb(
+      Ep,
+      [](void *A, tc_status_t S) {
+        static_cast<Done *>(A)->Yes = true;
+        static_cast<Done *>(A)->S = S;
+      },
+      &D);
+  if (S != TC_INPROGRESS)
+    return S;
+  EXPECT_TRUE(runUntil(Ws, [&] { return D.Yes; }));
+  return D.S;
+}
+
+/// A region read's outcome.
+struct RegionRead {
+  bool Done = false;
+  tc_status_t Status = TC_INPROGRESS;
+  std::string Data, Error;
+  static void cb(void *A, tc_status_t S, const void *D, size_t N) {
+    auto *R = static_cast<RegionRead *>(A);
+    R->Done = true;
+    R->Status = S;
+    if (S == TC_OK)
+      R->Data.assign(static_cast<const char *>(D), N);
+    else
+      R->Error = tc_last_error();
+  }
+};
+
+TEST(CApi, RegionReadsComeAfterTheMessagesAndFailByCause) {
+  uint64_t Counter = 0;
+  Worker Target(&Counter), Bare, Source;
+  ASSERT_EQ(tc_worker_set_region(Target.W, &Counter, sizeof Counter), TC_OK);
+  tc_ep_h Ep, ToBare;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target.Port, &Ep), TC_OK);
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Bare.Port, &ToBare), TC_OK);
+  tc_ifunc_h F = Source.reg(ifuncArchive("add", adderIR("add")));
+  ASSERT_TRUE(F);
+  uint64_t Arg = 5;
+  tc_msg_h M;
+  ASSERT_EQ(tc_msg_create(F, &Arg, sizeof Arg, &M), TC_OK);
+  for (int I = 0; I < 3; ++I)
+    ASSERT_EQ(tc_msg_send(Ep, M, nullptr, nullptr), TC_INPROGRESS);
+  // Asked for more than there is: the region's 8 bytes, after the sends.
+  RegionRead R;
+  ASSERT_EQ(tc_ep_read_region_nb(Ep, 64, RegionRead::cb, &R), TC_INPROGRESS);
+  ASSERT_TRUE(runUntil({Source.W, Target.W, Bare.W}, [&] { return R.Done; }));
+  ASSERT_EQ(R.Status, TC_OK) << R.Error;
+  uint64_t Got = 0;
+  ASSERT_EQ(R.Data.size(), sizeof Got);
+  std::memcpy(&Got, R.Data.data(), sizeof Got);
+  EXPECT_EQ(Got, 15u);
+  // A target that exposes nothing refuses: TC_ERR_REMOTE with its words.
+  RegionRead None;
+  ASSERT_EQ(tc_ep_read_region_nb(ToBare, 8, RegionRead::cb, &None),
+            TC_INPROGRESS);
+  ASSERT_TRUE(
+      runUntil({Source.W, Target.W, Bare.W}, [&] { return None.Done; }));
+  EXPECT_EQ(None.Status, TC_ERR_REMOTE);
+  EXPECT_NE(None.Error.find("exposes no region"), std::string::npos)
+      << None.Error;
+  EXPECT_EQ(tc_ep_read_region_nb(Ep, 8, nullptr, nullptr),
+            TC_ERR_INVALID_PARAM);
+  tc_msg_free(M);
+  tc_ifunc_deregister(F);
+  tc_ep_destroy(Ep);
+  tc_ep_destroy(ToBare);
+}
+
+TEST(CApi, AClosedConnectionFailsFlushesAndSendsWithItsReason) {
+  tc_set_error_logging(0);
+  auto Target = std::make_unique<Worker>();
+  Worker Source;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(Source.W, "127.0.0.1", Target->Port, &Ep), TC_OK);
+  ASSERT_EQ(flushStatus({Source.W, Target->W}, Ep), TC_OK);
+  Target.reset(); // Its goodbye closes the connection.
+  RegionRead R;
+  tc_status_t S = tc_ep_read_region_nb(Ep, 8, RegionRead::cb, &R);
+  if (S == TC_INPROGRESS) {
+    ASSERT_TRUE(runUntil({Source.W}, [&] { return R.Done; }));
+    S = R.Status;
+  }
+  EXPECT_EQ(S, TC_ERR_CONNECTION_RESET);
+  EXPECT_EQ(tc_ep_flush(Ep, 5000), TC_ERR_CONNECTION_RESET);
+  std::string Why = tc_last_error();
+  EXPECT_NE(Why.find("tc_ep_flush: connection closed: connection to "),
+            std::string::npos)
+      << Why;
+  EXPECT_NE(Why.find("closed by the peer"), std::string::npos) << Why;
+  tc_ep_destroy(Ep);
+  tc_set_error_logging(1);
+}
+
+TEST(CApi, ArchiveInspectionShowsWhatTcArShows) {
+  std::string Bytes = ifuncArchive("add", adderIR("add"), {"libm.so.6"});
+  tc_archive_info_t *I = nullptr;
+  ASSERT_EQ(tc_archive_inspect(Bytes.data(), Bytes.size(), &I), TC_OK);
+  EXPECT_STREQ(I->name, "add");
+  EXPECT_EQ(I->format_version, 3u);
+  ASSERT_EQ(I->dep_count, 1u);
+  EXPECT_STREQ(I->deps[0], "libm.so.6");
+  ASSERT_EQ(I->member_count, 2u);
+  EXPECT_STREQ(I->members[0].role, "target");
+  EXPECT_STREQ(I->members[1].role, "source");
+  EXPECT_STREQ(I->members[0].kind, "bitcode");
+  EXPECT_STREQ(I->members[0].compression, "none");
+  EXPECT_STREQ(I->members[0].cpu, "");
+  EXPECT_GT(I->members[0].size, 0u);
+  EXPECT_EQ(I->members[0].stored_size, I->members[0].size);
+  EXPECT_EQ(I->signature_count, 0u);
+  EXPECT_EQ(I->omitted_count, 0u);
+  // The hash is the identity a registered ifunc has.
+  Worker W;
+  tc_ifunc_h F = W.reg(Bytes);
+  ASSERT_TRUE(F);
+  EXPECT_EQ(std::memcmp(I->hash, tc_ifunc_hash(F), 32), 0);
+  tc_ifunc_deregister(F);
+  tc_archive_info_free(I);
+  // A damaged archive: TC_ERR_BAD_ARCHIVE with the reader's message.
+  tc_set_error_logging(0);
+  std::string Bad = Bytes;
+  Bad[Bad.size() / 2] ^= 0x55;
+  I = reinterpret_cast<tc_archive_info_t *>(0x1);
+  EXPECT_EQ(tc_archive_inspect(Bad.data(), Bad.size(), &I),
+            TC_ERR_BAD_ARCHIVE);
+  EXPECT_EQ(I, reinterpret_cast<tc_archive_info_t *>(0x1));
+  EXPECT_STRNE(tc_last_error(), "");
+  EXPECT_EQ(tc_archive_inspect("nope", 4, &I), TC_ERR_BAD_ARCHIVE);
+  tc_set_error_logging(1);
+}
+
 TEST(CApi, PrewarmHappensWhenAskedAndChangesNothingElse) {
   uint64_t Counter = 0;
   for (int Ask : {-1, 0, 1}) { // -1: the field is not set.
@@ -471,25 +621,6 @@ TEST(CApi, LocalFunctionBaseline) {
   EXPECT_EQ(St.code_frames, 0u);
   EXPECT_EQ(St.compiles, 0u);
   tc_ep_destroy(Ep);
-}
-
-/// Flushes \p Ep; returns the status the flush ended with.
-static tc_status_t flushStatus(std::vector<tc_worker_h> Ws, tc_ep_h Ep) {
-  struct Done {
-    bool Yes = false;
-    tc_status_t S = TC_OK;
-  } D;
-  tc_status_t S = tc_ep_flush_nb(
-      Ep,
-      [](void *A, tc_status_t S) {
-        static_cast<Done *>(A)->Yes = true;
-        static_cast<Done *>(A)->S = S;
-      },
-      &D);
-  if (S != TC_INPROGRESS)
-    return S;
-  EXPECT_TRUE(runUntil(Ws, [&] { return D.Yes; }));
-  return D.S;
 }
 
 TEST(CApi, BurstsAreCoalescedUnlessTurnedOffAndStayInOrder) {

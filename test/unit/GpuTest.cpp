@@ -3,7 +3,7 @@
 //
 // What of runtime/gpu runs on a machine without a GPU: loading the driver
 // (a missing library, one without the entry points, a stand-in that
-// answers device discovery: FakeCuda.c) and lowering nvptx64 members to
+// answers device discovery: CudaModel.c) and lowering nvptx64 members to
 // PTX. What needs a device is tested by test/lit/gpu (REQUIRES: cuda).
 //
 //===----------------------------------------------------------------------===//
@@ -20,7 +20,9 @@
 
 #include "gtest/gtest.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 using namespace tc;
 
@@ -339,22 +341,22 @@ TEST(CudaDriver, ALibraryWithoutTheEntryPointsIsRefused) {
   ASSERT_FALSE(!!D);
   EXPECT_EQ(err(D.takeError()),
             "the CUDA driver libm.so.6 lacks cuGetErrorName: tc needs a "
-            "driver of CUDA 11.0 or later");
+            "driver of CUDA 11.2 or later");
 }
 
 TEST(CudaDriver, CallsFailWithTheCallAndTheDriversNameForTheError) {
   llvm::Expected<std::unique_ptr<cuda::Driver>> D =
-      cuda::Driver::load(TC_FAKE_CUDA_PATH);
+      cuda::Driver::load(TC_CUDA_MODEL_PATH);
   ASSERT_TRUE(!!D) << err(D.takeError());
   cuda::Driver &Cu = **D;
-  EXPECT_EQ(Cu.library(), TC_FAKE_CUDA_PATH);
+  EXPECT_EQ(Cu.library(), TC_CUDA_MODEL_PATH);
+  // Before cuInit, as the real driver: not initialised.
   cuda::CUcontext Ctx = nullptr;
   llvm::Error E = TC_CU(Cu, cuDevicePrimaryCtxRetain, &Ctx, 0);
-  EXPECT_EQ(cuda::errorCode(E), 801);
+  EXPECT_EQ(cuda::errorCode(E), cuda::CUDA_ERROR_NOT_INITIALIZED);
   EXPECT_EQ(err(std::move(E)), "cuDevicePrimaryCtxRetain: "
-                               "CUDA_ERROR_NOT_SUPPORTED (operation not "
-                               "supported)");
-  EXPECT_FALSE(!!TC_CU(Cu, cuInit, 0));
+                               "CUDA_ERROR_NOT_INITIALIZED (initialization "
+                               "error)");
   EXPECT_TRUE(cuda::isContextLost(cuda::CUDA_ERROR_ILLEGAL_ADDRESS));
   EXPECT_TRUE(cuda::isContextLost(cuda::CUDA_ERROR_LAUNCH_FAILED));
   EXPECT_FALSE(cuda::isContextLost(cuda::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES));
@@ -365,7 +367,8 @@ TEST(CudaDriver, CallsFailWithTheCallAndTheDriversNameForTheError) {
 std::string createError(const char *Mode, int Device = 0) {
   ScopedEnv E("TC_FAKE_CUDA", Mode);
   GpuOptions O;
-  O.Library = TC_FAKE_CUDA_PATH;
+  O.Library = TC_CUDA_MODEL_PATH;
+  O.WorkerPath = TC_SERVE_PATH;
   O.Device = Device;
   llvm::Expected<std::unique_ptr<GpuTarget>> G = GpuTarget::create(O);
   if (G)
@@ -375,18 +378,110 @@ std::string createError(const char *Mode, int Device = 0) {
 
 TEST(GpuTarget, WhatTheDriverFindsIsReportedInOneLine) {
   EXPECT_EQ(createError("nodevice"),
-            std::string("no CUDA device: the driver (") + TC_FAKE_CUDA_PATH +
+            std::string("no CUDA device: the driver (") + TC_CUDA_MODEL_PATH +
                 ") found none (cuInit: CUDA_ERROR_NO_DEVICE (no CUDA-capable "
                 "device is detected))");
   EXPECT_EQ(createError("zero"), std::string("no CUDA device: the driver (") +
-                                     TC_FAKE_CUDA_PATH + ") found none");
+                                     TC_CUDA_MODEL_PATH + ") found none");
   EXPECT_EQ(createError("nomap", 3),
             "no CUDA device 3: this machine has 1 (0 to 0)");
   EXPECT_EQ(createError("old"), "the CUDA driver is version 10.2; a GPU "
-                                "target needs 11.0 or later");
-  EXPECT_EQ(createError("nomap"), "CUDA device 0 (Fake Device) cannot map "
-                                  "host memory, which a GPU target hands "
-                                  "payloads to kernels in");
+                                "target needs 11.2 or later");
+  EXPECT_EQ(createError("nomap"), "CUDA device 0 (tc CUDA driver model) "
+                                  "cannot map host memory, which a GPU "
+                                  "target hands payloads to kernels in");
+}
+
+/// The driver model (CudaModel.cpp) in this process, initialised, with its
+/// context current and one stream; PTX that declares \p Entry loaded.
+struct ModelDevice {
+  std::unique_ptr<cuda::Driver> D;
+  cuda::CUstream S = nullptr;
+  cuda::CUfunction F = nullptr;
+  cuda::CUdeviceptr Region = 0;
+
+  void open(const char *Entry) {
+    llvm::Expected<std::unique_ptr<cuda::Driver>> L =
+        cuda::Driver::load(TC_CUDA_MODEL_PATH);
+    ASSERT_TRUE(!!L) << err(L.takeError());
+    D = std::move(*L);
+    cuda::Driver &Cu = *D;
+    cuda::CUcontext Ctx = nullptr;
+    cuda::CUmodule M = nullptr;
+    std::string Ptx = std::string(".version 9.0\n.target sm_90\n"
+                                  ".visible .entry ") +
+                      Entry + "(\n)\n";
+    ASSERT_FALSE(!!TC_CU(Cu, cuInit, 0));
+    ASSERT_FALSE(!!TC_CU(Cu, cuDevicePrimaryCtxRetain, &Ctx, 0));
+    ASSERT_FALSE(!!TC_CU(Cu, cuCtxSetCurrent, Ctx));
+    ASSERT_FALSE(!!TC_CU(Cu, cuStreamCreate, &S, cuda::CU_STREAM_NON_BLOCKING));
+    ASSERT_FALSE(!!TC_CU(Cu, cuMemAlloc, &Region, 64));
+    ASSERT_FALSE(!!TC_CU(Cu, cuMemsetD8, Region, 0, 64));
+    ASSERT_FALSE(!!TC_CU(Cu, cuModuleLoadData, &M, Ptx.c_str()));
+    ASSERT_FALSE(!!TC_CU(Cu, cuModuleGetFunction, &F, M, Entry));
+  }
+  cuda::CUresult launch(unsigned char Byte) {
+    static unsigned char Payload[8];
+    Payload[0] = Byte;
+    cuda::CUdeviceptr P = cuda::CUdeviceptr(uintptr_t(Payload));
+    uint64_t N = 1;
+    cuda::CUdeviceptr T = Region;
+    void *Params[] = {&P, &N, &T};
+    return D->cuLaunchKernel(F, 1, 1, 1, 1, 1, 1, 0, S, Params, nullptr);
+  }
+};
+
+// The model must behave as a device does where tc depends on it: these
+// run in a child process each (the model's state is the process's, as a
+// driver's is), and exit 0 when every expectation held.
+TEST(CudaModel, AFaultIsStickyForTheProcessAResetAndRetainIncluded) {
+  EXPECT_EXIT(
+      {
+        ModelDevice M;
+        M.open("__tc_kernel_gfault");
+        bool Ok = M.launch(1) == cuda::CUDA_SUCCESS;
+        // The fault is found by the next call that waits for the device,
+        // and then by every call.
+        Ok &= M.D->cuStreamSynchronize(M.S) == cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        cuda::CUdeviceptr P = 0;
+        Ok &= M.D->cuMemAlloc(&P, 64) == cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        Ok &= M.D->cuDevicePrimaryCtxReset(0) ==
+              cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        cuda::CUcontext Ctx = nullptr;
+        Ok &= M.D->cuDevicePrimaryCtxRetain(&Ctx, 0) ==
+              cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        Ok &= M.launch(0) == cuda::CUDA_ERROR_ILLEGAL_ADDRESS;
+        std::exit(Ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(CudaModel, AKernelThatNeverEndsKeepsItsStreamAndEventsNotReady) {
+  EXPECT_EXIT(
+      {
+        ModelDevice M;
+        M.open("__tc_kernel_gspin");
+        bool Ok = M.launch(1) == cuda::CUDA_SUCCESS;
+        cuda::CUevent E = nullptr;
+        Ok &= M.D->cuEventCreate(&E, 0) == cuda::CUDA_SUCCESS;
+        Ok &= M.D->cuEventRecord(E, M.S) == cuda::CUDA_SUCCESS;
+        for (int I = 0; I < 100; ++I) {
+          Ok &= M.D->cuStreamQuery(M.S) == cuda::CUDA_ERROR_NOT_READY;
+          Ok &= M.D->cuEventQuery(E) == cuda::CUDA_ERROR_NOT_READY;
+        }
+        // A synchronizing call blocks while it runs: the word it waits for
+        // ends it, and then the call returns.
+        uint64_t One = 1;
+        std::thread Release([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          (void)M.D->cuMemcpyHtoD(M.Region + 16, &One, 8);
+        });
+        Ok &= M.D->cuStreamSynchronize(M.S) == cuda::CUDA_SUCCESS;
+        Release.join();
+        Ok &= M.D->cuEventQuery(E) == cuda::CUDA_SUCCESS;
+        std::exit(Ok ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 } // namespace

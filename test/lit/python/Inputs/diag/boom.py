@@ -1,0 +1,3 @@
+import tc
+x = 1
+y = x / 0
