@@ -56,7 +56,7 @@ static double now_ms(void) {
 
 static uint64_t timeout_ms = 120000;
 /* --idle: how ranks wait in barriers (IDLE below). */
-enum { IDLE_SPIN, IDLE_YIELD, IDLE_WAIT };
+enum { IDLE_SPIN, IDLE_WAIT };
 static int idle_mode = IDLE_SPIN;
 
 /* How a wait loop spends the time nothing happens: SPIN polls (rank 0's
@@ -66,10 +66,9 @@ static int idle_mode = IDLE_SPIN;
  * peers' next message), IDLE does what --idle says (barriers, where a rank
  * only answers others): spin (the default: an idle rank that yields may
  * come back only at the next scheduler tick, 4 ms here, and every get it
- * should answer waits that long), yield as POLL does, or wait: sleep in
- * tc_worker_wait until a message comes, the kernel waking the rank (for
- * more ranks than CPUs, where spinning ranks would take the CPUs the
- * others need). */
+ * should answer waits that long), or wait: sleep in tc_worker_wait until a
+ * message comes, the kernel waking the rank (for more ranks than CPUs,
+ * where spinning ranks would take the CPUs the others need). */
 enum { SPIN, POLL, IDLE };
 
 /* Progresses w until done(arg); dies after the timeout, naming what it
@@ -86,8 +85,7 @@ static void wait_for(tc_worker_h w, cond_fn done, const void *arg, int how,
     }
     if (how == IDLE && idle_mode == IDLE_WAIT)
       tc_worker_wait(w, 10);
-    else if ((how == POLL || (how == IDLE && idle_mode == IDLE_YIELD)) &&
-             ++empty > 1024)
+    else if (how == POLL && ++empty > 1024)
       sched_yield();
     if ((polls & 1023) == 1023) {
       double t = now_ms();
@@ -287,9 +285,8 @@ static const char usage[] =
     "  --bench         measure upserts and gets instead of printing\n"
     "  --repeat K      --bench: upsert the words K times (default 1)\n"
     "  --gets G        --bench: get round trips timed by rank 0 (1000)\n"
-    "  --idle spin|yield|wait  in barriers, ranks poll (default), poll\n"
-    "                  and yield the CPU, or sleep until a message comes\n"
-    "                  (for more ranks than CPUs)\n"
+    "  --idle spin|wait  in barriers, ranks poll (default) or sleep\n"
+    "                  until a message comes (for more ranks than CPUs)\n"
     "  --timeout MS    any wait longer than this is an error (120000)\n"
     "  --ifunc-path D  where kv_*.tcfb are (default: the build's ifuncs)\n";
 
@@ -321,8 +318,6 @@ int main(int argc, char **argv) {
       timeout_ms = parse_count(a, v), ++i;
     else if (!strcmp(a, "--idle") && v && !strcmp(v, "spin"))
       idle_mode = IDLE_SPIN, ++i;
-    else if (!strcmp(a, "--idle") && v && !strcmp(v, "yield"))
-      idle_mode = IDLE_YIELD, ++i;
     else if (!strcmp(a, "--idle") && v && !strcmp(v, "wait"))
       idle_mode = IDLE_WAIT, ++i;
     else if (!strcmp(a, "--ifunc-path") && v)
