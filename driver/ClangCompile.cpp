@@ -12,6 +12,7 @@
 
 #include "clang/Basic/Diagnostic.h"
 #include "clang/Basic/DiagnosticIDs.h"
+#include "clang/Basic/DiagnosticLex.h"
 #include "clang/Basic/DiagnosticOptions.h"
 #include "clang/Basic/MacroBuilder.h"
 #include "clang/Basic/TargetInfo.h"
@@ -50,29 +51,27 @@ std::error_code DiagnosedError::convertToErrorCode() const {
   return inconvertibleErrorCode();
 }
 
+/// Debian's name for the architecture of triple \p TT (arm64, amd64, ...).
+static StringRef debianArch(const Triple &TT) {
+  switch (TT.getArch()) {
+  case Triple::aarch64:
+    return "arm64";
+  case Triple::x86_64:
+    return "amd64";
+  case Triple::ppc64le:
+    return "ppc64el";
+  case Triple::arm:
+    return "armhf";
+  default:
+    return TT.getArchName();
+  }
+}
+
 std::string headerPackage(StringRef T, bool CXX) {
   Triple TT(T);
   bool Native = TT.getArch() == Triple(sys::getProcessTriple()).getArch();
-  StringRef Deb;
-  switch (TT.getArch()) {
-  case Triple::aarch64:
-    Deb = "arm64";
-    break;
-  case Triple::x86_64:
-    Deb = "amd64";
-    break;
-  case Triple::ppc64le:
-    Deb = "ppc64el";
-    break;
-  case Triple::arm:
-    Deb = "armhf";
-    break;
-  default:
-    Deb = TT.getArchName();
-    break;
-  }
   std::string Pkg = CXX ? "libstdc++-12-dev" : "libc6-dev";
-  return Native ? Pkg : (Pkg + "-" + Deb + "-cross").str();
+  return Native ? Pkg : (Pkg + "-" + debianArch(TT) + "-cross").str();
 }
 
 namespace {
@@ -94,7 +93,10 @@ public:
   explicit HeaderProbe(const clang::CompilerInvocation &CI)
       : HS(CI.getHeaderSearchOpts()), CXX(CI.getLangOpts().CPlusPlus) {}
 
-  bool finds(StringRef Header) const {
+  bool finds(StringRef Header) const { return !path(Header).empty(); }
+
+  /// Where `#include <Header>` would find it, or "".
+  std::string path(StringRef Header) const {
     using namespace clang::frontend;
     for (const clang::HeaderSearchOptions::Entry &E : HS.UserEntries) {
       if (E.IsFramework || E.Group == Quoted || E.Group == ObjCSystem ||
@@ -106,9 +108,9 @@ public:
         Path = HS.Sysroot;
       sys::path::append(Path, E.Path, Header);
       if (sys::fs::exists(Path))
-        return true;
+        return std::string(Path);
     }
-    return false;
+    return "";
   }
 
 private:
@@ -116,7 +118,102 @@ private:
   bool CXX;
 };
 
+/// Clang's diagnostic printer, noting the first header clang could not
+/// find (for the per-target message compileSource adds).
+class MissingHeaderNoter : public clang::DiagnosticConsumer {
+public:
+  explicit MissingHeaderNoter(clang::DiagnosticOptions &Opts)
+      : Printer(errs(), Opts) {}
+  void BeginSourceFile(const clang::LangOptions &LO,
+                       const clang::Preprocessor *PP) override {
+    Printer.BeginSourceFile(LO, PP);
+  }
+  void EndSourceFile() override { Printer.EndSourceFile(); }
+  void finish() override { Printer.finish(); }
+  void HandleDiagnostic(clang::DiagnosticsEngine::Level L,
+                        const clang::Diagnostic &Info) override {
+    clang::DiagnosticConsumer::HandleDiagnostic(L, Info);
+    unsigned ID = Info.getID();
+    if (Missing.empty() &&
+        (ID == clang::diag::err_pp_file_not_found ||
+         ID == clang::diag::err_pp_file_not_found_angled_include_not_fatal ||
+         ID == clang::diag::err_pp_file_not_found_typo_not_fatal))
+      Missing = Info.getArgStdStr(0);
+    Printer.HandleDiagnostic(L, Info);
+  }
+  std::string Missing; ///< The header, as the #include names it.
+
+private:
+  clang::TextDiagnosticPrinter Printer;
+};
+
 } // namespace
+
+/// The installed Debian package that holds \p Path, as `dpkg -S` finds it
+/// (the file lists in /var/lib/dpkg/info): "NAME" or "NAME:ARCH"; "" when
+/// none does. Read only on the error path.
+static std::string owningPackage(StringRef Path) {
+  std::error_code EC;
+  std::string Needle = ("\n" + Path + "\n").str();
+  for (sys::fs::directory_iterator It("/var/lib/dpkg/info", EC), End;
+       It != End && !EC; It.increment(EC)) {
+    StringRef File = It->path();
+    if (!File.ends_with(".list"))
+      continue;
+    ErrorOr<std::unique_ptr<MemoryBuffer>> B = MemoryBuffer::getFile(File);
+    if (!B)
+      continue;
+    std::string Text = "\n" + (*B)->getBuffer().str();
+    if (Text.find(Needle) != std::string::npos)
+      return sys::path::stem(File).str();
+  }
+  return "";
+}
+
+/// Whether dpkg installs packages of Debian architecture \p Arch here (the
+/// native one, or a foreign one `dpkg --add-architecture` added).
+static bool dpkgHasArch(StringRef Arch, const Triple &Host) {
+  if (Arch == debianArch(Host))
+    return true;
+  ErrorOr<std::unique_ptr<MemoryBuffer>> B =
+      MemoryBuffer::getFile("/var/lib/dpkg/arch");
+  if (!B)
+    return false;
+  SmallVector<StringRef, 8> Lines;
+  (*B)->getBuffer().split(Lines, '\n', -1, false);
+  return llvm::is_contained(Lines, Arch);
+}
+
+/// The error for a compile of member \p T that failed because clang found
+/// no \p Header: names the member and, when this host has the header for
+/// its own triple from a Debian package, the same package for T's
+/// architecture. \p HostProbe searches the host's headers (null when T is
+/// the host's own architecture).
+static Error missingHeader(const CompileTarget &T, StringRef Header,
+                           const HeaderProbe *HostProbe) {
+  std::string Where =
+      T.Sysroot.empty() ? "" : " under sysroot '" + T.Sysroot + "'";
+  std::string Msg = "the " + T.Triple + " member: '" + Header.str() +
+                    "' not found" + Where;
+  Triple Host(sys::getProcessTriple());
+  std::string HostPath = HostProbe ? HostProbe->path(Header) : "";
+  if (HostPath.empty())
+    return createStringError("%s", Msg.c_str());
+  std::string Own = owningPackage(HostPath);
+  if (Own.empty())
+    return createStringError("%s (this host has it, at %s, from no Debian "
+                             "package)",
+                             Msg.c_str(), HostPath.c_str());
+  StringRef Arch = debianArch(Triple(T.Triple));
+  std::string Pkg = (StringRef(Own).split(':').first + ":" + Arch).str();
+  std::string How = dpkgHasArch(Arch, Host)
+                        ? ""
+                        : ", after `dpkg --add-architecture " + Arch.str() +
+                              "`";
+  return createStringError("%s (install %s%s; this host's is %s, from %s)",
+                           Msg.c_str(), Pkg.c_str(), How.c_str(),
+                           HostPath.c_str(), Own.c_str());
+}
 
 /// Fails, naming the Debian package, when the target's C library (or C++
 /// library) headers are not on the job's search path. clang's Linux
@@ -365,17 +462,21 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
   if (!J->CI) // -###
     return nullptr;
   std::shared_ptr<clang::CompilerInvocation> CI = J->CI;
-  if (GPU) {
-    // The host this tc-cc runs on provides the headers, with the sysroot
-    // that applies to every target.
-    CompileTarget HostT{Triple::normalize(sys::getProcessTriple()), "",
-                        O.DefaultSysroot};
-    // Its driver warnings would repeat the GPU job's.
+  // The host this tc-cc runs on, with the sysroot that applies to every
+  // target: its job's header search gives a GPU compile its headers, and
+  // finds a header another member's compile lacked. Its driver warnings
+  // would repeat this job's.
+  CompileTarget HostT{Triple::normalize(sys::getProcessTriple()), "",
+                      O.DefaultSysroot};
+  auto HostJob = [&]() {
     clang::DiagnosticsEngine HostDiags(Diags.getDiagnosticIDs(), DiagOpts,
                                        Printer, /*ShouldOwnClient=*/false);
     HostDiags.setIgnoreAllWarnings(true);
-    Expected<Job> H = makeJob(S, HostT, Input, HostDiags, /*Print=*/false,
-                              /*ForHeaders=*/true);
+    return makeJob(S, HostT, Input, HostDiags, /*Print=*/false,
+                   /*ForHeaders=*/true);
+  };
+  if (GPU) {
+    Expected<Job> H = HostJob();
     if (!H)
       return H.takeError();
     if (Error E = checkLibraryHeaders(*H->CI, HostT))
@@ -413,14 +514,29 @@ compileSource(ClangSession &S, const CompileTarget &T, StringRef Input) {
   clang::CompilerInstance Clang(std::move(CI));
   Clang.createVirtualFileSystem();
   // Source diagnostics print exactly as clang's: file:line:col: error: ...
-  Clang.createDiagnostics(
-      new clang::TextDiagnosticPrinter(errs(), Clang.getDiagnosticOpts()),
-      /*ShouldOwnClient=*/true);
+  auto *Noter = new MissingHeaderNoter(Clang.getDiagnosticOpts());
+  Clang.createDiagnostics(Noter, /*ShouldOwnClient=*/true);
   auto Headers = std::make_shared<HeaderCollector>(O.DepfileSystemHeaders);
   Clang.addDependencyCollector(Headers);
   clang::EmitLLVMOnlyAction Act(&S.Ctx);
-  if (!Clang.ExecuteAction(Act))
-    return make_error<DiagnosedError>();
+  if (!Clang.ExecuteAction(Act)) {
+    if (Noter->Missing.empty())
+      return make_error<DiagnosedError>();
+    // Clang's "file not found" names no target: say which member failed,
+    // and, when the host has that header from a package, which package
+    // would give this member's architecture its own (a header such as
+    // openssl/opensslconf.h is per architecture).
+    Triple TT(T.Triple);
+    if (GPU || TT.getArch() == Triple(sys::getProcessTriple()).getArch())
+      return missingHeader(T, Noter->Missing, nullptr);
+    Expected<Job> H = HostJob();
+    if (!H) {
+      consumeError(H.takeError());
+      return missingHeader(T, Noter->Missing, nullptr);
+    }
+    HeaderProbe HostProbe(*H->CI);
+    return missingHeader(T, Noter->Missing, &HostProbe);
+  }
   for (const std::string &Dep : Headers->getDependencies())
     S.Dependencies.insert(Dep);
   std::unique_ptr<Module> M = Act.takeModule();

@@ -629,6 +629,105 @@ def render_rank_scaling(data):
     return block(data, ["rank-scaling"], lines)
 
 
+# tc-kv beside the MPI versions: the runs, each one transport.
+KV_RUNS = (("kv", "shm"), ("kv-tcp", "tcp, loopback"),
+           ("kv-netns", "tcp, netns hosts"))
+KV_MODES = ("tc", "mpi", "alltoall")
+# Issue #41's targets over TCP: tc's upsert rate at least KV_MPI_RATE x MPI
+# RMA's and KV_A2A_RATE x the all-to-all's, its get latency at most
+# KV_LATENCY x MPI RMA's; every rank's table at most KV_MEMORY x its keys'
+# and values' bytes.
+KV_MPI_RATE, KV_A2A_RATE, KV_LATENCY, KV_MEMORY = 3.0, 0.67, 0.5, 2.0
+
+
+def render_kv(data):
+    rows, ratios = [], []
+    tcp = {"upsert_rate/mpi": [], "upsert_rate/alltoall": [],
+           "get_latency/mpi": []}
+    memory = []
+    for stem, where in KV_RUNS:
+        rs = data.records(stem)
+        for n in rs.values("ranks", metric="upsert_rate"):
+            def get(mode, metric):
+                return rs.get(mode, metric, ranks=n)
+
+            def osc(mode):
+                for r in rs.rs:
+                    if r["mode"] == mode and r.get("ranks") == n and \
+                            r["metric"] == "upsert_rate":
+                        return r.get("osc")
+                return None
+            for mode in KV_MODES:
+                if get(mode, "upsert_rate") is None:
+                    continue
+                o = osc(mode)
+                lat_osc = None
+                for r in rs.rs:
+                    if r["mode"] == mode and r.get("ranks") == n and \
+                            r["metric"] == "get_latency_us":
+                        lat_osc = r.get("osc")
+                name = "`%s`" % mode
+                if o:
+                    name += " (%s%s)" % (o, ", latency: %s" % lat_osc
+                                         if lat_osc and lat_osc != o else "")
+                ratio_t = get(mode, "table_ratio")
+                if mode == "tc" and ratio_t is not None:
+                    memory.append((ratio_t, where, n))
+                rows.append([where, count(n), name,
+                             rate(get(mode, "upsert_rate")),
+                             sig(get(mode, "get_latency_us")),
+                             rate(get(mode, "get_rate")),
+                             fixed(ratio_t, 2)])
+            r_mpi = rs.get("tc/mpi", "upsert_rate_ratio", ranks=n)
+            r_a2a = rs.get("tc/alltoall", "upsert_rate_ratio", ranks=n)
+            r_lat = rs.get("tc/mpi", "get_latency_ratio", ranks=n)
+            ratios.append([where, count(n), sig(r_mpi), sig(r_a2a),
+                           sig(r_lat),
+                           sig(rs.get("tc/mpi", "get_rate_ratio", ranks=n)),
+                           sig(rs.get("tc/alltoall", "get_rate_ratio",
+                                      ranks=n))])
+            if where.startswith("tcp"):
+                for key, v in (("upsert_rate/mpi", r_mpi),
+                               ("upsert_rate/alltoall", r_a2a),
+                               ("get_latency/mpi", r_lat)):
+                    if v is not None:
+                        tcp[key].append((v, where, n))
+    lines = table(["transport", "ranks", "version (osc)",
+                   "upserts/s", "get latency p50 (us)", "gets/s",
+                   "table / keys+values"], rows)
+    lines += [""]
+    lines += table(["transport", "ranks", "tc/mpi upserts",
+                    "tc/alltoall upserts", "tc/mpi get latency",
+                    "tc/mpi gets", "tc/alltoall gets"], ratios)
+    lines += [""]
+
+    def verdict(key, bound, low):
+        """Met or missed over the TCP rows, and the worst ratio where."""
+        if not tcp[key]:
+            return "not measured"
+        worst = (max if low else min)(tcp[key])
+        ok = worst[0] <= bound if low else worst[0] >= bound
+        return "%s (the %s %sx, %s, %s ranks)" % (
+            "met" if ok else "missed", "most" if low else "least",
+            sig(worst[0]), worst[1], count(worst[2]))
+    mem = "not measured"
+    if memory:
+        worst = max(memory)
+        mem = "%s (the largest %sx, %s, %s ranks)" % (
+            "met" if worst[0] <= KV_MEMORY else "missed", fixed(worst[0], 2),
+            worst[1], count(worst[2]))
+    lines.append(
+        "Issue #41's targets in this run, over TCP: tc's upserts >= %.0fx MPI "
+        "RMA's %s; >= %.2fx the all-to-all's %s; tc's get latency <= %.1fx "
+        "MPI RMA's %s. A rank's table <= %.0fx its keys' and values' bytes: "
+        "%s." % (KV_MPI_RATE, verdict("upsert_rate/mpi", KV_MPI_RATE, False),
+                 KV_A2A_RATE,
+                 verdict("upsert_rate/alltoall", KV_A2A_RATE, False),
+                 KV_LATENCY, verdict("get_latency/mpi", KV_LATENCY, True),
+                 KV_MEMORY, mem))
+    return block(data, [r[0] for r in KV_RUNS], lines, listed=True)
+
+
 GPU_RUNS = ("gpu-tsi", "gpu-sss")
 GPU_NOT_MEASURED = (
     "Not measured yet: docs/bench/ holds no GPU run (the machine above has "
@@ -734,6 +833,7 @@ TABLES = {
     "slurm-launch": render_slurm_launch,
     "rank-scaling": render_rank_scaling,
     "mpi-rma": render_mpi_rma,
+    "kv": render_kv,
     "gpu": render_gpu,
     "gpu-breakdown": render_gpu_breakdown,
 }

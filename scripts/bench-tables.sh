@@ -30,8 +30,12 @@
 # mpi-dapc over shared memory, the same with -tcp over loopback TCP (tsi,
 # sss and iput with --quick there: MPI's TCP paths are slow enough to make
 # the full runs long), and mpi-dapc-netns across network namespaces (as
-# root). The GPU table's runs come from scripts/gpu-check.sh on a machine
-# with a GPU (docs/bench/gpu-*: copied in, never run here).
+# root); kv, kv-tcp and kv-netns (tc-bench kv: tc-kv beside the MPI RMA
+# and all-to-all versions at 2 and 4 ranks over shared memory, loopback
+# TCP and across 4 network-namespace hosts, as root; --quick passes
+# --quick to the first two). The GPU table's runs come from
+# scripts/gpu-check.sh on a machine with a GPU (docs/bench/gpu-*: copied
+# in, never run here).
 # docs/benchmarks.md shows each run's time and their total. A run that fails
 # stops the script (exit 1) and leaves the saved files of the runs before it.
 set -euo pipefail
@@ -59,7 +63,7 @@ while (($#)); do
   esac
 done
 
-readonly RUNS="tsi tsi-breakdown first-contact sss iput sandbox-tsi sandbox-dapc dapc launch-hosts launch-mpirun slurm-launch rank-scaling mpi-tsi mpi-tsi-tcp mpi-sss mpi-sss-tcp mpi-iput mpi-iput-tcp mpi-dapc mpi-dapc-tcp mpi-dapc-netns"
+readonly RUNS="tsi tsi-breakdown first-contact sss iput sandbox-tsi sandbox-dapc dapc launch-hosts launch-mpirun slurm-launch rank-scaling mpi-tsi mpi-tsi-tcp mpi-sss mpi-sss-tcp mpi-iput mpi-iput-tcp mpi-dapc mpi-dapc-tcp mpi-dapc-netns kv kv-tcp kv-netns"
 # The runs scripts/plot.py draws (the others' figures are in these).
 readonly PLOTS="tsi tsi-breakdown first-contact sss iput dapc"
 for r in ${only//,/ }; do
@@ -179,6 +183,13 @@ dapc_netns() {
     sh -c "\"$bench\" dapc --transport tcp --hosts \"\$TC_HOSTS_FILE\" $2"
 }
 
+# kv_netns N ARGS: tc-bench kv ARGS across N network-namespace hosts.
+kv_netns() {
+  bash scripts/netns.sh run "$1" --prefix tcbk --subnet 10.197.1 \
+    --hosts-file "$tmp/netns-hosts" -- \
+    sh -c "\"$bench\" kv --transport tcp --hosts \"\$TC_HOSTS_FILE\" $2"
+}
+
 # slurm-launch: scripts/launch-bench.sh in a Slurm cluster of its own
 # (stopped after it, or by its watcher should this script be killed).
 slurm_launch() {
@@ -213,7 +224,7 @@ if ((!render_only)); then
   tc_bench sandbox-tsi tsi --modes cached,sandbox --rounds 5 --no-perftest $quick
   run sandbox-dapc "build/bin/tc-bench dapc $SANDBOX_DAPC --json" -- \
     "$bench" dapc $SANDBOX_DAPC --json --quiet
-  for r in dapc mpi-dapc-netns slurm-launch rank-scaling; do
+  for r in dapc mpi-dapc-netns slurm-launch rank-scaling kv-netns; do
     if wanted "$r"; then
       [[ $(id -u) == 0 ]] || die "$r: needs root (network namespaces, Slurm's daemons; or leave it out: --only)"
     fi
@@ -238,6 +249,10 @@ if ((!render_only)); then
   tc_bench mpi-dapc-tcp dapc $MPI_DAPC_TCP
   run mpi-dapc-netns "scripts/netns.sh run 2 -- sh -c 'build/bin/tc-bench dapc --transport tcp --hosts \$TC_HOSTS_FILE $MPI_DAPC_NETNS --json'" -- \
     dapc_netns 2 "$MPI_DAPC_NETNS --json --quiet"
+  tc_bench kv kv $quick
+  tc_bench kv-tcp kv --transport tcp $quick
+  run kv-netns "scripts/netns.sh run 4 -- sh -c 'build/bin/tc-bench kv --transport tcp --hosts \$TC_HOSTS_FILE --json'" -- \
+    kv_netns 4 "--json --quiet"
   note "all runs: $((SECONDS - t_all)) s"
 fi
 

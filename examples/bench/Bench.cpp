@@ -68,30 +68,48 @@ void printRecords(const std::vector<Record> &Rs, Format F) {
         std::printf(",\"depth\":%ld", R.Depth);
       if (R.PayloadBytes >= 0)
         std::printf(",\"payload_bytes\":%ld", R.PayloadBytes);
+      if (R.Ranks >= 0)
+        std::printf(",\"ranks\":%ld", R.Ranks);
+      if (!R.Osc.empty())
+        std::printf(",\"osc\":%s", jsonString(R.Osc).c_str());
       std::printf("}");
     }
     std::printf("\n]\n");
     return;
   }
   auto Opt = [](long V) { return V < 0 ? std::string() : std::to_string(V); };
+  // The kv columns (ranks, osc) only when some record has them.
+  bool Kv = std::any_of(Rs.begin(), Rs.end(), [](const Record &R) {
+    return R.Ranks >= 0 || !R.Osc.empty();
+  });
   if (F == Format::Csv) {
     std::printf("bench,mode,metric,value,unit,transport,servers,depth,"
-                "payload_bytes\n");
-    for (const Record &R : Rs)
-      std::printf("%s,%s,%s,%s,%s,%s,%s,%s,%s\n", R.Bench.c_str(),
+                "payload_bytes%s\n",
+                Kv ? ",ranks,osc" : "");
+    for (const Record &R : Rs) {
+      std::printf("%s,%s,%s,%s,%s,%s,%s,%s,%s", R.Bench.c_str(),
                   R.Mode.c_str(), R.Metric.c_str(), number(R.Value).c_str(),
                   R.Unit.c_str(), R.Transport.c_str(), Opt(R.Servers).c_str(),
                   Opt(R.Depth).c_str(), Opt(R.PayloadBytes).c_str());
+      if (Kv)
+        std::printf(",%s,%s", Opt(R.Ranks).c_str(), R.Osc.c_str());
+      std::printf("\n");
+    }
     return;
   }
-  std::printf("%-6s %-12s %-17s %14s %-9s %-5s %7s %6s %8s\n", "bench", "mode",
+  std::printf("%-6s %-12s %-17s %14s %-9s %-5s %7s %6s %8s", "bench", "mode",
               "metric", "value", "unit", "tr", "servers", "depth", "payload");
-  for (const Record &R : Rs)
-    std::printf("%-6s %-12s %-17s %14s %-9s %-5s %7s %6s %8s\n",
+  std::printf("%s\n", Kv ? " ranks osc" : "");
+  for (const Record &R : Rs) {
+    std::printf("%-6s %-12s %-17s %14s %-9s %-5s %7s %6s %8s",
                 R.Bench.c_str(), R.Mode.c_str(), R.Metric.c_str(),
                 number(R.Value).c_str(), R.Unit.c_str(), R.Transport.c_str(),
                 Opt(R.Servers).c_str(), Opt(R.Depth).c_str(),
                 Opt(R.PayloadBytes).c_str());
+    if (Kv)
+      std::printf(" %5s %s", Opt(R.Ranks).c_str(), R.Osc.c_str());
+    std::printf("\n");
+  }
 }
 
 //--- Errors, signals, time ---------------------------------------------===//
@@ -663,6 +681,11 @@ SCENARIOS:
           MPI_Get of the numbers, summed at the client)
   iput    indirect put over payload sizes: injected vs local (mpi:
           MPI_Put)
+  kv      a distributed hash table on real text, under mpirun: tc
+          (tc-kv: batched upsert and get ifuncs run at the owner) next to
+          mpi (tc-mpi-kv: the table in MPI windows, one-sided operations)
+          and alltoall (the MPI_Alltoallv shuffle); upsert rate, get
+          latency and rate, table memory
   tsi --gpu[=N], sss --gpu[=N]
           a GPU target (tc-serve --gpu N) against the CUDA driver doing
           the same work: gtsi latency and rate next to cuda_raw (UCX AM +
@@ -715,7 +738,7 @@ int main(int Argc, char **Argv) {
   if (Scenario == "serve")
     return runServer(Argc - 1, Argv + 1);
   if (Scenario != "tsi" && Scenario != "dapc" && Scenario != "sss" &&
-      Scenario != "iput")
+      Scenario != "iput" && Scenario != "kv")
     die("unknown scenario '" + Scenario + "' (try --help)");
 
   CommonOptions O;
@@ -781,6 +804,8 @@ int main(int Argc, char **Argv) {
     RC = runTsi(O, Rest);
   else if (Scenario == "dapc")
     RC = runDapc(O, Rest);
+  else if (Scenario == "kv")
+    RC = runKv(O, Rest);
   else
     RC = runSweep(Scenario, O, Rest);
   stopAllServers();

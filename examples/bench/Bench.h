@@ -34,6 +34,8 @@ struct Record {
   std::string Unit;
   std::string Transport; ///< shm | tcp | "" (not applicable)
   long Servers = -1, Depth = -1, PayloadBytes = -1; ///< -1: not applicable
+  long Ranks = -1;  ///< kv: the job's ranks (-1: not applicable)
+  std::string Osc;  ///< kv's MPI modes: the component measured ("": none)
 };
 
 /// BENCH's MODE measured METRIC = VALUE UNIT (over TRANSPORT); the callers
@@ -273,6 +275,7 @@ double rate(ClientWorker &C, tc_ep_h Ep, const std::function<void()> &Send,
 int runServer(int Argc, char **Argv);
 int runTsi(const CommonOptions &O, const std::vector<std::string> &Args);
 int runDapc(const CommonOptions &O, const std::vector<std::string> &Args);
+int runKv(const CommonOptions &O, const std::vector<std::string> &Args);
 int runSweep(const std::string &Which, const CommonOptions &O,
              const std::vector<std::string> &Args);
 /// tsi --gpu and sss --gpu (Gpu.cpp): GPU targets against the CUDA driver.

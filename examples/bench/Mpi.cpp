@@ -40,7 +40,8 @@ struct Osc {
   bool Ucx = false;             ///< UCX's components: UCX_TLS applies
 };
 
-std::vector<Osc> candidates(const MpiPlace &P, const std::string &List) {
+std::vector<Osc> candidates(const MpiPlace &P, const std::string &List,
+                            const std::vector<std::string> &Default) {
   bool Shm = P.Transport == "shm";
   std::string Btl = Shm ? "self,vader" : "self,tcp";
   auto Ob1 = [&](const std::string &Name) {
@@ -59,7 +60,9 @@ std::vector<Osc> candidates(const MpiPlace &P, const std::string &List) {
            "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any"},
           true};
   std::vector<std::string> Names;
-  if (List.empty()) {
+  if (List.empty() && !Default.empty()) {
+    Names = Default;
+  } else if (List.empty()) {
     // What works where (Open MPI 4.1): sm needs every rank on one node,
     // rdma a BTL with RDMA (vader here; not tcp).
     Names = Shm ? std::vector<std::string>{"sm", "rdma", "ucx", "pt2pt"}
@@ -84,9 +87,13 @@ std::vector<Osc> candidates(const MpiPlace &P, const std::string &List) {
   return Out;
 }
 
-/// Lower is better for latencies, higher for rates.
+/// Lower is better for latencies, costs (operations, bytes) and kv's
+/// table ratio, higher for rates.
 bool better(const std::string &Metric, double A, double B) {
-  return Metric.find("latency") != std::string::npos ? A < B : A > B;
+  for (const char *Low : {"latency", "ops", "bytes", "ratio"})
+    if (Metric.find(Low) != std::string::npos)
+      return A < B;
+  return A > B;
 }
 
 /// Which figure a row is, without the osc: OP METRIC and its parameters.
@@ -99,11 +106,6 @@ std::string figureKey(const Record &R) {
   return K;
 }
 
-std::string mpiRmaPath() {
-  std::string Self = selfPath();
-  return Self.substr(0, Self.rfind('/')) + "/tc-mpi-rma";
-}
-
 bool onPath(const std::string &Tool) {
   const char *Path = std::getenv("PATH");
   std::stringstream SS(Path ? Path : "");
@@ -113,13 +115,14 @@ bool onPath(const std::string &Tool) {
   return false;
 }
 
-/// The first line worth showing of a failed job's stderr: tc-mpi-rma's
-/// own error, else mpirun's first line of text.
-std::string firstError(const std::string &Err) {
+/// The first line worth showing of a failed job's stderr: the program's
+/// own error (a line that starts with \p Name), else mpirun's first line
+/// of text.
+std::string firstError(const std::string &Err, const std::string &Name) {
   std::string First;
   std::stringstream SS(Err);
   for (std::string L; std::getline(SS, L);) {
-    if (L.rfind("tc-mpi-rma:", 0) == 0)
+    if (L.rfind(Name + ":", 0) == 0)
       return L;
     bool Text = L.find_first_not_of("- \t") != std::string::npos;
     if (First.empty() && Text)
@@ -141,26 +144,42 @@ const char *const NetnsAgent =
 
 } // namespace
 
+std::string besideSelf(const std::string &Name) {
+  std::string Self = selfPath();
+  return Self.substr(0, Self.rfind('/')) + "/" + Name;
+}
+
 MpiReference::MpiReference(MpiPlace Place, const std::string &OscList,
-                           double TimeoutS)
-    : P(std::move(Place)), OscList(OscList), TimeoutS(TimeoutS) {}
+                           double TimeoutS, MpiProgram Program)
+    : P(std::move(Place)), OscList(OscList), TimeoutS(TimeoutS),
+      Program(std::move(Program)) {}
 
 void MpiReference::check() {
   if (!onPath("mpirun"))
     die("mode mpi needs Open MPI's mpirun on the PATH (apt-get install "
         "openmpi-bin)");
-  if (access(mpiRmaPath().c_str(), X_OK) != 0)
-    die("mode mpi needs tc-mpi-rma next to tc-bench (" + mpiRmaPath() +
+  std::string Path = besideSelf(Program.Name);
+  if (access(Path.c_str(), X_OK) != 0)
+    die("mode mpi needs " + Program.Name + " next to tc-bench (" + Path +
         "; it is built when MPI is found: apt-get install libopenmpi-dev)");
-  candidates(P, OscList); // Dies on a bad --mpi-osc.
+  candidates(P, OscList, DefaultOscs); // Dies on a bad --mpi-osc.
 }
 
-std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
+std::vector<Record> MpiReference::plain(const MpiProgram &Prog,
+                                        const std::string &Bench, int Ranks,
+                                        const std::vector<std::string> &Args,
+                                        const std::vector<std::string> &Env) {
+  return job(Prog, Bench, Ranks, Args, "", Env);
+}
+
+std::vector<Record> MpiReference::job(const MpiProgram &Prog,
+                                      const std::string &Bench, int Ranks,
                                       const std::vector<std::string> &Args,
-                                      const std::string &OscName) {
-  Osc O;
-  for (const Osc &C : candidates(P, OscList))
-    if (C.Name == OscName)
+                                      const std::string &OscName,
+                                      const std::vector<std::string> &Env0) {
+  Osc O; // None for a plain job: no MCA settings.
+  for (const Osc &C : candidates(P, OscList, DefaultOscs))
+    if (!OscName.empty() && C.Name == OscName)
       O = C;
   char Tmpl[] = "/tmp/tc-bench-mpi.XXXXXX";
   if (!mkdtemp(Tmpl))
@@ -171,7 +190,8 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
   if (geteuid() == 0)
     A.push_back("--allow-run-as-root");
   A.insert(A.end(), {"--oversubscribe", "-n", std::to_string(Ranks)});
-  A.insert(A.end(), {"--bind-to", P.Pin ? "core" : "none"});
+  bool Pin = P.Pin || (P.Netns.empty() && Ranks <= P.PinUpTo);
+  A.insert(A.end(), {"--bind-to", Pin ? "core" : "none"});
   // Waiting ranks yield their CPU. A target that must progress for the
   // origin (pt2pt, UCX over TCP) spins in MPI_Barrier; on this 2-core VM a
   // spinning target that does not yield loses whole scheduler slices when
@@ -190,9 +210,20 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     if (!F || std::fputs(NetnsAgent, F) < 0 || std::fclose(F) != 0 ||
         chmod(Agent.c_str(), 0700) != 0)
       die("cannot write " + Agent);
-    std::string Hosts = "localhost:1";
-    for (int I = 1; I < Ranks; ++I)
-      Hosts += "," + P.Netns[static_cast<size_t>(I - 1)] + ":1";
+    std::string Hosts;
+    if (P.AllInNetns) {
+      // Rank I in Netns[I % N]: as many slots on each as it gets ranks.
+      size_t N = std::min(P.Netns.size(), static_cast<size_t>(Ranks));
+      for (size_t I = 0; I < N; ++I)
+        Hosts += (I ? "," : "") + P.Netns[I] + ":" +
+                 std::to_string((static_cast<size_t>(Ranks) - I + N - 1) / N);
+      // By slot, mpirun fills a host before the next: round-robin instead.
+      A.insert(A.end(), {"--map-by", "node"});
+    } else {
+      Hosts = "localhost:1";
+      for (int I = 1; I < Ranks; ++I)
+        Hosts += "," + P.Netns[static_cast<size_t>(I - 1)] + ":1";
+    }
     // rtc_hwloc_vmhole none: an orted started in a namespace sometimes
     // crashes writing hwloc's topology into a shared segment at the address
     // it picked (hwloc_shmem_topology_write); without that segment the ranks
@@ -204,7 +235,7 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
   }
   A.insert(A.end(), O.Mca.begin(), O.Mca.end());
   // Environment the ranks need, also on other nodes.
-  std::vector<std::string> Env;
+  std::vector<std::string> Env = Env0;
   if (O.Ucx) {
     // tc's UCX_TLS, with self for a rank's own window.
     std::string Tls = std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "";
@@ -219,10 +250,12 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     Env.push_back(std::string("TC_MPI_RMA_FAULT=") + F);
   for (const std::string &E : Env)
     A.insert(A.end(), {"-x", E});
-  A.insert(A.end(), {mpiRmaPath(), Bench});
+  A.push_back(besideSelf(Prog.Name));
+  if (Prog.BenchArg)
+    A.push_back(Bench);
   A.insert(A.end(), Args.begin(), Args.end());
-  A.insert(A.end(),
-           {"--timeout", std::to_string(static_cast<long>(TimeoutS))});
+  A.insert(A.end(), {"--timeout", std::to_string(static_cast<long>(TimeoutS) *
+                                                  Prog.TimeoutScale)});
 
   int Out[2], Err[2];
   if (pipe2(Out, O_CLOEXEC) != 0 || pipe2(Err, O_CLOEXEC) != 0)
@@ -290,20 +323,22 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     waitpid(Pid, &Status, 0);
   }
   std::system(("rm -rf '" + Dir + "'").c_str());
-  std::string What = "mpi (osc " + O.Name + ", " + Bench + " over " +
-                     std::to_string(Ranks) + " ranks)";
+  std::string What =
+      (O.Name.empty() ? Prog.Name + " (" : "mpi (osc " + O.Name + ", ") +
+      Bench + " over " + std::to_string(Ranks) + " ranks)";
   if (Interrupted)
     die("interrupted");
   if (TimedOut)
     die(What + ": mpirun did not end within " +
         std::to_string(static_cast<long>(Limit)) + " s");
   if (!WIFEXITED(Status) || WEXITSTATUS(Status) != 0)
-    die(What + ": " + firstError(Stderr));
-  size_t Ok = Stdout.find("tc-mpi-rma: " + Bench + " over ");
+    die(What + ": " + firstError(Stderr, Prog.Name));
+  size_t Ok = Stdout.find(Prog.Name + ": " + Bench + " over ");
   size_t OkEnd = Ok == std::string::npos ? Ok : Stdout.find('\n', Ok);
   if (OkEnd == std::string::npos ||
       Stdout.compare(OkEnd - 4, 4, ": ok") != 0)
-    die(What + ": tc-mpi-rma did not say ok: " + firstError(Stderr));
+    die(What + ": " + Prog.Name + " did not say ok: " +
+        firstError(Stderr, Prog.Name));
   std::string OkLine = Stdout.substr(Ok, OkEnd - Ok);
   if (std::find(OkLines.begin(), OkLines.end(), OkLine) == OkLines.end())
     OkLines.push_back(OkLine);
@@ -317,7 +352,7 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     if (!(W >> Tag) || Tag != "row")
       continue;
     if (!(W >> Op >> Metric >> V >> Unit))
-      die(What + ": cannot read tc-mpi-rma's line '" + L + "'");
+      die(What + ": cannot read " + Prog.Name + "'s line '" + L + "'");
     Record R = record(Bench, Op, Metric, V, Unit, P.Transport);
     while (W >> Param) {
       size_t Eq = Param.find('=');
@@ -333,7 +368,7 @@ std::vector<Record> MpiReference::job(const std::string &Bench, int Ranks,
     Rows.push_back(R);
   }
   if (Rows.empty())
-    die(What + ": tc-mpi-rma printed no figures");
+    die(What + ": " + Prog.Name + " printed no figures");
   return Rows;
 }
 
@@ -341,7 +376,7 @@ std::vector<Record> MpiReference::run(const std::string &Bench, int Ranks,
                                       const std::vector<std::string> &Args,
                                       const std::vector<std::string> &Probe,
                                       const std::string &Key) {
-  std::vector<Osc> Cands = candidates(P, OscList);
+  std::vector<Osc> Cands = candidates(P, OscList, DefaultOscs);
   auto &Win = Winners[Key];
   std::vector<std::string> &Order = FigureOrder[Key];
   if (Win.empty()) {
@@ -349,7 +384,7 @@ std::vector<Record> MpiReference::run(const std::string &Bench, int Ranks,
     std::map<std::string, double> Best;
     for (const Osc &O : Cands) {
       note("mpi: probe of osc " + O.Name + " (" + Key + ")");
-      for (const Record &R : job(Bench, Ranks, Probe, O.Name)) {
+      for (const Record &R : job(Program, Bench, Ranks, Probe, O.Name)) {
         std::string F = figureKey(R);
         char Buf[96];
         std::snprintf(Buf, sizeof Buf, "%s %.4g", O.Name.c_str(), R.Value);
@@ -374,7 +409,7 @@ std::vector<Record> MpiReference::run(const std::string &Bench, int Ranks,
     if (std::find(Run.begin(), Run.end(), O.Name) == Run.end())
       continue;
     note("mpi: osc " + O.Name + " (" + Key + ")");
-    for (const Record &R : job(Bench, Ranks, Args, O.Name)) {
+    for (const Record &R : job(Program, Bench, Ranks, Args, O.Name)) {
       auto It = Win.find(figureKey(R));
       if (It != Win.end() && It->second == O.Name)
         Out.push_back(R);
@@ -386,15 +421,18 @@ std::vector<Record> MpiReference::run(const std::string &Bench, int Ranks,
     for (const Record &R : Out)
       if (figureKey(R) == F) {
         Sorted.push_back(R);
-        Sorted.back().Mode += ":" + Win[F];
+        if (OscField)
+          Sorted.back().Osc = Win[F];
+        else
+          Sorted.back().Mode += ":" + Win[F];
       }
   return Sorted;
 }
 
-std::string MpiReference::summary() const {
+std::string MpiReference::summary(const std::string &Tag) const {
   std::string S;
   for (const std::string &L : OkLines)
-    S += "mpi checked: " + L + "\n";
+    S += Tag + " checked: " + L + "\n";
   for (const auto &[Key, Figures] : Probes)
     for (const std::string &F : FigureOrder.at(Key))
       S += "mpi probe (" + Key + ") " + F + ": " + Figures.at(F) + " -> " +

@@ -24,6 +24,23 @@ struct MpiPlace {
   std::vector<std::string> Netns; ///< target rank I + 1 in Netns[I]
   std::string Subnet; ///< with Netns: the hosts' subnet, CIDR (mpirun's
                       ///< wire-up and the TCP between ranks)
+  /// With Netns: every rank in a namespace, rank I in Netns[I % N] (kv's
+  /// symmetric jobs), none here.
+  bool AllInNetns = false;
+  /// Without Netns: --bind-to core also when the job has at most this many
+  /// ranks (a CPU each), though Pin is false.
+  long PinUpTo = 0;
+};
+
+/// The program a job runs, next to tc-bench: tc-mpi-rma (its first
+/// argument is the benchmark), tc-mpi-kv, or tc-kv (a tc program, run under
+/// mpirun as the MPI ones are). Each prints `row OP METRIC VALUE UNIT
+/// [PARAMS]` lines and an ok line that starts `NAME: BENCH over `.
+struct MpiProgram {
+  std::string Name = "tc-mpi-rma";
+  bool BenchArg = true; ///< BENCH is its first argument
+  /// Its --timeout counts these parts of a second (tc-kv: milliseconds).
+  long TimeoutScale = 1;
 };
 
 /// Runs tc-mpi-rma jobs and keeps, per figure, the fastest osc component.
@@ -32,7 +49,16 @@ public:
   /// \p OscList: --mpi-osc (comma-separated sm, rdma, ucx, pt2pt), or empty
   /// for every component that works on the transport. \p TimeoutS bounds
   /// each job (tc-mpi-rma --timeout; mpirun is ended 30 s later).
-  MpiReference(MpiPlace Place, const std::string &OscList, double TimeoutS);
+  MpiReference(MpiPlace Place, const std::string &OscList, double TimeoutS,
+               MpiProgram Program = MpiProgram());
+  /// The components tried when --mpi-osc names none, instead of those
+  /// that work on the transport for every benchmark.
+  void setDefaultOscs(const std::vector<std::string> &Names) {
+    DefaultOscs = Names;
+  }
+  /// Records keep their mode and name the component in Record::Osc,
+  /// instead of a mode OP:OSC.
+  void setOscField(bool On) { OscField = On; }
   /// Dies (one line) without mpirun, tc-mpi-rma or a valid --mpi-osc.
   void check();
   /// `tc-mpi-rma Bench Args` on \p Ranks ranks. The first call with \p Key
@@ -43,17 +69,26 @@ public:
                           const std::vector<std::string> &Args,
                           const std::vector<std::string> &Probe,
                           const std::string &Key);
-  /// Lines for the table's end: tc-mpi-rma's ok lines (every result
+  /// One job of \p Prog with no osc component forced and \p Env in every
+  /// rank's environment (tc-kv under mpirun): its records.
+  std::vector<Record> plain(const MpiProgram &Prog, const std::string &Bench,
+                            int Ranks, const std::vector<std::string> &Args,
+                            const std::vector<std::string> &Env);
+  /// Lines for the table's end: the programs' ok lines (every result
   /// checked, which osc) and what every candidate measured in the probes.
-  std::string summary() const;
+  std::string summary(const std::string &Tag = "mpi") const;
 
 private:
-  std::vector<Record> job(const std::string &Bench, int Ranks,
-                          const std::vector<std::string> &Args,
-                          const std::string &Osc);
+  std::vector<Record> job(const MpiProgram &Prog, const std::string &Bench,
+                          int Ranks, const std::vector<std::string> &Args,
+                          const std::string &Osc,
+                          const std::vector<std::string> &Env = {});
   MpiPlace P;
   std::string OscList;
   double TimeoutS;
+  MpiProgram Program;
+  std::vector<std::string> DefaultOscs;
+  bool OscField = false;
   /// Per key: figure -> the component that won its probe.
   std::map<std::string, std::map<std::string, std::string>> Winners;
   /// Per key: the figures in the order tc-mpi-rma prints them.
@@ -62,6 +97,9 @@ private:
   /// Per key and figure: what each candidate measured in the probe.
   std::map<std::string, std::map<std::string, std::string>> Probes;
 };
+
+/// The path of program \p Name next to tc-bench.
+std::string besideSelf(const std::string &Name);
 
 /// Rows of the MPI reference: mode mpi_OP:OSC.
 bool isMpiMode(const std::string &Mode);

@@ -1,9 +1,12 @@
-/* job_tool.h: what tc-mpi-chase and tc-mpi-tsi share as command-line
- * programs of a PMIx job: one error line naming the program and the rank,
- * count arguments, and the ifunc directory of the build tree they run
- * from. Define JOB_TOOL_NAME ("tc-mpi-...") before including it. */
+/* job_tool.h: what tc-mpi-chase, tc-mpi-tsi and tc-kv share as
+ * command-line programs of a PMIx job: one error line naming the program
+ * and the rank, count arguments, the ifunc directory of the build tree they
+ * run from, and the wire-up. Define JOB_TOOL_NAME ("tc-...") before
+ * including it. */
 #ifndef TC_EXAMPLES_JOB_TOOL_H
 #define TC_EXAMPLES_JOB_TOOL_H
+
+#include "error_line.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -11,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <tc/tc.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef JOB_TOOL_NAME
@@ -19,13 +24,11 @@
 
 static uint32_t self_rank, job_size;
 
-/* Prints "NAME: rank R: error: ..." and exits 1. */
+/* Prints "NAME: rank R: error: ..." (error_line.h) and exits 1. */
 static void die(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, JOB_TOOL_NAME ": rank %u: error: ", self_rank);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  error_line(JOB_TOOL_NAME, (long)self_rank, fmt, ap);
   va_end(ap);
   exit(1);
 }
@@ -53,6 +56,38 @@ static const char *job_tool_ifunc_path(char buf[PATH_MAX]) {
   }
   strcat(buf, "/ifuncs");
   return buf;
+}
+
+/* A context whose ifunc path is `ifunc_path` and a worker of it that wires
+ * up through PMIx (publishes its address, fences with every rank), with
+ * `target_args` for every ifunc; sets self_rank and job_size. Returns the
+ * worker, *ctx the context, *create_ms how long tc_worker_create took. */
+static inline tc_worker_h job_tool_worker(const char *ifunc_path,
+                                          void *target_args,
+                                          tc_context_h *ctx,
+                                          double *create_ms) {
+  tc_context_params_t cp = {.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH,
+                            .ifunc_path = ifunc_path};
+  if (tc_context_create(&cp, ctx) != TC_OK)
+    die("cannot create a tc context");
+  tc_worker_params_t wp = {.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
+                                         TC_WORKER_PARAM_FIELD_BOOTSTRAP,
+                           .target_args = target_args,
+                           .bootstrap = TC_BOOTSTRAP_PMIX};
+  tc_worker_h w = NULL;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  tc_status_t st = tc_worker_create(*ctx, &wp, &w);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (st != TC_OK)
+    die("cannot create a PMIx-bootstrapped worker (started by mpirun or "
+        "srun --mpi=pmix?): %s",
+        tc_status_string(st));
+  if (create_ms)
+    *create_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  tc_worker_query_rank(w, &self_rank, &job_size);
+  return w;
 }
 
 #endif

@@ -158,23 +158,11 @@ int main(int argc, char **argv) {
     ifunc_path = job_tool_ifunc_path(path_buf);
 
   /* 1. Wire-up: context, then a worker that bootstraps through PMIx. */
-  tc_context_params_t cp = {.field_mask = TC_CONTEXT_PARAM_FIELD_IFUNC_PATH,
-                            .ifunc_path = ifunc_path};
   tc_context_h ctx;
-  if (tc_context_create(&cp, &ctx) != TC_OK)
-    die("cannot create a tc context");
   dapc_server_t server = {0};
-  tc_worker_params_t wp = {.field_mask = TC_WORKER_PARAM_FIELD_TARGET_ARGS |
-                                         TC_WORKER_PARAM_FIELD_BOOTSTRAP,
-                           .target_args = &server,
-                           .bootstrap = TC_BOOTSTRAP_PMIX};
-  tc_worker_h w;
-  double t0 = now_ms();
-  tc_status_t st = tc_worker_create(ctx, &wp, &w);
-  if (st != TC_OK)
-    die("cannot create a PMIx-bootstrapped worker: %s", tc_status_string(st));
-  double t_create = now_ms() - t0;
-  tc_worker_query_rank(w, &self_rank, &job_size);
+  double t_create;
+  tc_worker_h w = job_tool_worker(ifunc_path, &server, &ctx, &t_create);
+  tc_status_t st;
   {
     void *addr;
     size_t len = 0;

@@ -51,70 +51,19 @@
  * built with another seed, one number changed); "stall" makes rank 1 stop
  * answering (it sleeps), so that the timeout must end the job.
  */
-#include <mpi.h>
+#define MPI_TOOL_NAME "tc-mpi-rma"
+#include "mpi_tool.h"
 
 #include "dapc_table.h"
 
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static int rank, nranks;
 static const char *fault = "";
-
-static void die(const char *fmt, ...) {
-  /* One write: mpirun forwards what each rank writes as it comes, and two
-   * ranks failing at once must not interleave their lines. */
-  char line[1024];
-  int n = snprintf(line, sizeof line, "tc-mpi-rma: rank %d: error: ", rank);
-  va_list ap;
-  va_start(ap, fmt);
-  n += vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
-  va_end(ap);
-  if (n > (int)sizeof line - 2)
-    n = (int)sizeof line - 2;
-  line[n++] = '\n';
-  fflush(stdout);
-  if (write(STDERR_FILENO, line, (size_t)n) < 0) {
-  }
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(1);
-}
-
-/* MPI calls return codes (MPI_ERRORS_RETURN): one line naming the call. */
-static void check(int rc, const char *what) {
-  if (rc == MPI_SUCCESS)
-    return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  die("%s failed: %s", what, msg);
-}
-
-static unsigned timeout_s = 300;
-static void on_alarm(int sig) {
-  (void)sig;
-  char buf[128];
-  int n = snprintf(buf, sizeof buf,
-                   "tc-mpi-rma: rank %d: error: timed out after %u s\n", rank,
-                   timeout_s);
-  if (write(STDERR_FILENO, buf, (size_t)n) < 0) {
-  }
-  _exit(1);
-}
-
-static uint64_t parse_count(const char *flag, const char *v) {
-  char *end;
-  unsigned long long x = v ? strtoull(v, &end, 10) : 0;
-  if (!v || !*v || *end || x == 0)
-    die("bad value '%s' for %s (expected a positive number)", v ? v : "",
-        flag);
-  return x;
-}
 
 /* A ','-separated list of positive numbers; returns how many (at most
  * max). */
@@ -134,11 +83,6 @@ static size_t parse_list(const char *flag, const char *v, uint64_t *out,
   if (!n)
     die("missing value after %s", flag);
   return n;
-}
-
-static const char *osc_name(void) {
-  const char *o = getenv("OMPI_MCA_osc");
-  return o && *o ? o : "default";
 }
 
 /* FNV-1a, as tc-bench's iput check. */
@@ -554,10 +498,7 @@ int main(int argc, char **argv) {
     fputs(usage, stdout);
     return 0;
   }
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  mpi_tool_init(&argc, &argv);
   if (getenv("TC_MPI_RMA_FAULT"))
     fault = getenv("TC_MPI_RMA_FAULT");
   if (argc < 2)
@@ -604,19 +545,10 @@ int main(int argc, char **argv) {
   else
     die("unknown benchmark '%s' (expected tsi, dapc, sss or iput)", bench);
   /* Where the ranks ran (MPI_Get_processor_name: the host name). */
-  char name[MPI_MAX_PROCESSOR_NAME] = {0}, *names = NULL;
-  int len = 0;
-  MPI_Get_processor_name(name, &len);
-  if (rank == 0 && !(names = calloc((size_t)nranks, sizeof name)))
-    die("out of memory");
-  check(MPI_Gather(name, sizeof name, MPI_CHAR, names, sizeof name, MPI_CHAR,
-                   0, MPI_COMM_WORLD),
-        "MPI_Gather");
+  char *names = host_names();
   if (rank == 0) {
-    printf("tc-mpi-rma: %s over %d ranks on ", bench, nranks);
-    for (int r = 0; r < nranks; ++r)
-      printf("%s%s", r ? "," : "", names + (size_t)r * sizeof name);
-    printf(", osc %s: ok\n", osc_name());
+    printf("tc-mpi-rma: %s over %d ranks on %s, osc %s: ok\n", bench,
+           nranks, names, osc_name());
     free(names);
   }
   fflush(stdout);

@@ -699,14 +699,13 @@ Expected<const LoadedIfunc &> JitEngine::load(const Archive &A, LoadMode Mode,
     consumeError(J->getExecutionSession().removeJITDylib(*JD));
     return std::move(E);
   };
-  // Deps are what the *target* must load; source code (payload_init) runs
-  // in the sending process with what that process has.
-  if (Error E = addDeps(R == Role::Target ? A.Deps : std::vector<std::string>(),
-                        A.Name, *JD))
+  // The archive's deps serve both roles: the source member's payload
+  // functions run in the sending process, which loads them for it as a
+  // target does for its member (a payload_init that compresses with libbz2
+  // needs libbz2 in the sender as much as NAME_main needs it to inflate).
+  if (Error E = addDeps(A.Deps, A.Name, *JD))
     return Fail(loadError(LoadFailure::DepLoadFailed, std::move(E)));
-  if (Error E = checkSymbolsResolve(
-          M->Symbols, R == Role::Target ? A.Deps : std::vector<std::string>(),
-          A.Name))
+  if (Error E = checkSymbolsResolve(M->Symbols, A.Deps, A.Name))
     return Fail(loadError(LoadFailure::MissingSymbol, std::move(E)));
   Expected<LoadedIfunc> L = compile(A, *M, *JD, Sandbox);
   if (!L)

@@ -18,7 +18,7 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 # Our tools first, then LLVM 22's (never /usr/bin/opt, which is LLVM 14).
 tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
-tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "tc-mpi-rma", "tc-mpi-tsi", "llvm-as", "llvm-dis", "llvm-bcanalyzer", "llvm-objdump", "llc", "opt",
+tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "tc-mpi-rma", "tc-mpi-tsi", "tc-kv", "tc-mpi-kv", "llvm-as", "llvm-dis", "llvm-bcanalyzer", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
     tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]

@@ -1,0 +1,1 @@
+build/bin/tc-bench kv --transport tcp --json
