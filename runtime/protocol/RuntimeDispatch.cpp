@@ -467,6 +467,7 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
       return;
     }
     if (S.Reads.count(F.Seq)) {
+      acknowledge(S, F.Seq); // The read was processed, after the messages.
       finishWaiter(S.Reads, F.Seq,
                    createStringError("target: " + wireStatusName(F.Status) +
                                      ": " + F.Message));
@@ -478,12 +479,16 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
     return;
   }
   case FrameType::RegionData:
+    if (S.Reads.count(F.Seq))
+      acknowledge(S, F.Seq);
     finishWaiter(S.Reads, F.Seq, F.Data.str());
     return;
   case FrameType::Hello:
     onHello(C, F);
     return;
   case FrameType::FenceDone:
+    if (S.Fences.count(F.Seq))
+      acknowledge(S, F.Seq);
     finishWaiter(S.Fences, F.Seq, Error::success());
     return;
   }
