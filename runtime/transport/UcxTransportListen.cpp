@@ -185,8 +185,9 @@ Error checkListenAddress(const sockaddr_storage &SS, StringRef Where,
     break;
   case EACCES:
     if (Port && Port < unprivilegedPortStart())
-      Why = formatv("permission denied: ports below {0} need root or "
-                    "CAP_NET_BIND_SERVICE",
+      Why = formatv("permission denied: ports below {0} need "
+                    "CAP_NET_BIND_SERVICE (root has it unless it was "
+                    "dropped)",
                     unprivilegedPortStart());
     else
       Why = "permission denied";

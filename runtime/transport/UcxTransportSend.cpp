@@ -328,7 +328,7 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
       Done = [Ds = std::move(O.Done)](Error E) mutable {
         std::string Why = E ? toString(std::move(E)) : std::string();
         for (auto &D : Ds)
-          D(Why.empty() ? Error::success() : createStringError(Why));
+          D(Why.empty() ? Error::success() : connectionError(Why));
       };
     // The request path, without an immediate attempt first (a batch is
     // mostly past UCX's short-message size, and a backlog after a full FIFO

@@ -128,6 +128,18 @@ def _netns_works():
 if _netns_works():
     config.available_features.add("root-netns")
 
+# "unshare-net": `unshare -n` runs a command in a network namespace of its
+# own, whose one interface (lo) is down (test/lit/failure).
+def _unshare_works():
+    try:
+        return subprocess.run(["unshare", "-n", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except Exception:
+        return False
+
+if _unshare_works():
+    config.available_features.add("unshare-net")
+
 # "cpus-2": this process may run on two CPUs or more, so tc-bench can give a
 # busy-polling client and server one each (bench-dapc-placement tests).
 if len(os.sched_getaffinity(0)) >= 2:
