@@ -467,6 +467,9 @@ private:
     /// its answer acknowledges them.
     uint64_t Sent = 0, Acknowledged = 0, Unsent = 0;
     std::map<uint32_t, uint64_t> Covers;
+    /// The bytes each region read in flight asked for: a target that
+    /// answers with more is not believed.
+    std::map<uint32_t, uint64_t> Asked;
     // As a target.
     /// The sequence number of the last sequenced frame that arrived
     /// (Invoke, LocalInvoke, Fence, RegionRead): a compact frame's is the

@@ -413,6 +413,7 @@ void Runtime::sendRead(ConnId C, uint64_t Covers, uint64_t Length,
   F.Length = Length;
   S.Reads[F.Seq] = std::move(Done);
   S.Covers[F.Seq] = Covers;
+  S.Asked[F.Seq] = Length;
   sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
     auto It = Conns.find(C);
     if (E && (It == Conns.end() ||

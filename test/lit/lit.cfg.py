@@ -21,7 +21,7 @@ tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
 tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "tc-mpi-rma", "tc-mpi-tsi", "llvm-as", "llvm-dis", "llvm-bcanalyzer", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
-    tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
+    tools += ["tc-archive-fuzzer", "tc-frame-fuzzer", "tc-sender-fuzzer"]
     config.available_features.add("fuzzer")
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
