@@ -363,6 +363,7 @@ Child startServer(const std::vector<std::string> &Argv,
 
 static void endPid(pid_t Pid) {
   kill(Pid, SIGTERM);
+  kill(Pid, SIGCONT); // A stopped server takes the SIGTERM only once it runs.
   auto T0 = Clock::now();
   int Status;
   while (waitpid(Pid, &Status, WNOHANG) == 0) {

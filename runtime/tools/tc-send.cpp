@@ -3,7 +3,10 @@
 // Registers ARCHIVE, sends N messages of it to a target, waits until the
 // target has processed all of them (a fence, or the region read), and with
 // --read-back prints the first bytes of the target's region as lowercase
-// hex. Exits 1 with the target's message if it rejected any of them.
+// hex. Exits 1 with the target's message if it rejected any of them, and
+// with one line per target that went away (unreachable, refused, silent for
+// --timeout, closed, dead): why, and which messages the sender may take as
+// run (docs/runtime.md, "When a target dies").
 //
 //===----------------------------------------------------------------------===//
 
@@ -39,7 +42,8 @@ OPTIONS:
   --payload-file F     Source args read from a file
   --count N            Messages per archive (1; 0 with --read-back: only read)
   --read-back BYTES    Then print the target region's first BYTES as hex
-  --timeout MS         Give up after MS milliseconds (30000)
+  --timeout MS         Give up on a target that has answered nothing for
+                       MS milliseconds (30000)
   --local NAME         Instead of an archive, run the function the target
                        registered as NAME (the active-message baseline;
                        the payload is the source args as given)
