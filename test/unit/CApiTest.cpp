@@ -24,13 +24,10 @@
 #include <memory>
 #include <vector>
 
-#include <arpa/inet.h>
 #include <csignal>
 #include <cstdio>
-#include <netinet/in.h>
 #include <poll.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1506,17 +1503,10 @@ std::vector<std::string> loggedBy(const std::function<void()> &Fn) {
   return Lines;
 }
 
-/// A port nothing listens on (bound and closed again).
+/// A port nothing listens on: a worker's, which it closed again.
 uint16_t freePort() {
-  int Fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in A{};
-  A.sin_family = AF_INET;
-  A.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t Len = sizeof A;
-  bind(Fd, reinterpret_cast<sockaddr *>(&A), sizeof A);
-  getsockname(Fd, reinterpret_cast<sockaddr *>(&A), &Len);
-  close(Fd);
-  return ntohs(A.sin_port);
+  Worker W;
+  return W.Port;
 }
 
 /// tc-serve on 127.0.0.1:\p Port (0: any) with its region in \p RegionFile;
