@@ -1704,6 +1704,40 @@ TEST(CApi, AKilledTargetCostsItsUnacknowledgedMessagesAndARestartRunsNoneTwice) 
   tc_ep_destroy(Ep);
 }
 
+TEST(CApi, ATargetThatEndsClosesTheConnectionWithOneLine) {
+  // The target ends on purpose (SIGTERM) with 1,000 messages and a flush
+  // of ours waiting in its socket (it was stopped; the signal comes before
+  // it runs again, so it runs none of them): it closes the connection,
+  // the flush fails with TC_ERR_CONNECTION_RESET, and one line says that
+  // the target closed it and what that cost.
+  TempFile Region;
+  Serve T(0, Region.Path);
+  ASSERT_NE(T.Port, 0) << T.First;
+  Sender S;
+  tc_ep_h Ep;
+  ASSERT_EQ(tc_ep_connect(S.W.W, "127.0.0.1", T.Port, &Ep), TC_OK);
+  S.send(Ep, 1000);
+  ASSERT_EQ(tc_ep_flush(Ep, 10000), TC_OK);
+  T.stop();
+  S.send(Ep, 1000);
+  std::vector<std::string> Log = loggedBy([&] {
+    EXPECT_EQ(tc_ep_flush(Ep, 300), TC_ERR_TIMED_OUT);
+    kill(T.Pid, SIGTERM);
+    kill(T.Pid, SIGCONT);
+    waitpid(T.Pid, nullptr, 0);
+    T.Pid = -1;
+    EXPECT_EQ(tc_ep_flush(Ep, 10000), TC_ERR_CONNECTION_RESET);
+  });
+  ASSERT_EQ(Log.size(), 2u) << llvm::join(Log, "\n");
+  EXPECT_EQ(Log[1], "tc: error: connection to 127.0.0.1:" +
+                        std::to_string(T.Port) +
+                        " closed by the peer: 1000 of 2000 messages were not "
+                        "acknowledged (the first 1000 ran; 1000 may have run "
+                        "or not)");
+  EXPECT_EQ(regionCount(Region.Path), 1000u);
+  tc_ep_destroy(Ep);
+}
+
 TEST(CApi, DestroyingAWorkerCallsNoCallbackBack) {
   // Sends with callbacks and a flush pending on a peer that is not
   // progressed: tc_worker_destroy() drops them unrun (they may refer to

@@ -11,7 +11,9 @@ usage: scenario.py TOOLS_DIR ARCHIVE WORKDIR SCENARIO [--count N]
               times out (--timeout 1000)
   killed      the same, SIGKILL instead of a timeout: the sender hears of
               the loss
-  closed      the target is ended (SIGTERM) while the sender streams
+  closed      the target is ended (SIGTERM) with --count messages queued
+              for it (it was stopped), or with --mid while the sender
+              streams
   data        SIGKILL mid-stream with --region-file: what the sender was
               told against what ran (read from the file while the target
               is stopped), then a restart on the same port at once with
@@ -168,7 +170,15 @@ def scenario_stopped_or_killed(kill):
 def scenario_closed():
     rf = os.path.join(ARGS.work, "region")
     t, port = start_target(region=rf)
-    s = streaming(t, port, rf)
+    if ARGS.mid:
+        s = streaming(t, port, rf)
+    else:
+        # Stopped, so that the messages queue; it ends once continued.
+        kill_target(t, signal.SIGSTOP)
+        s = start_sender(port, ARGS.count)
+        time.sleep(0.3)
+        t.send_signal(signal.SIGTERM)
+        t.send_signal(signal.SIGCONT)
     kill_target(t, signal.SIGTERM)
     code, lines, _ = finish(s)
     report("sender", code, lines)
