@@ -75,9 +75,11 @@ Destination destination(ConnId C, std::string Name, std::string Prefix) {
   return D;
 }
 
-/// A fence after every this many messages acknowledges a stream as it
-/// goes; at most Window messages wait unacknowledged.
-constexpr uint64_t FenceEvery = 4096, Window = uint64_t(1) << 18;
+/// At most this many messages, and about this many bytes of their
+/// payloads, wait unacknowledged at once; a fence after every quarter of
+/// that (4,096 messages at most) acknowledges a stream as it goes.
+constexpr uint64_t WindowMax = uint64_t(1) << 18, WindowBytes = 256 << 20,
+                   FenceEveryMax = 4096;
 
 } // namespace
 
@@ -194,6 +196,14 @@ int main(int argc, char **argv) {
   }
   // Messages meant for each target.
   const uint64_t Total = Local.empty() ? N * Messages.size() : N;
+  uint64_t PayloadMax = Args.size();
+  for (const Message &M : Messages)
+    PayloadMax = std::max<uint64_t>(PayloadMax, M.Payload->size());
+  const uint64_t Window = std::clamp<uint64_t>(
+      WindowBytes / std::max<uint64_t>(PayloadMax, 1), 16, WindowMax);
+  const uint64_t FenceEvery = std::min(FenceEveryMax, Window / 4);
+  // How often the stream progresses and looks at the window.
+  const uint64_t Pace = std::min<uint64_t>(64, FenceEvery);
   // The targets: one HOST:PORT, or ranks wired up through PMIx.
   std::unique_ptr<Bootstrap> Boot;
   if (Ranks.empty()) {
@@ -301,7 +311,7 @@ int main(int argc, char **argv) {
         R.send(Tg.Conn, Messages[I % Messages.size()], Completed);
       if ((I + 1) % FenceEvery == 0 && I + 1 < Total)
         R.fence(Tg.Conn, [](llvm::Error E) { consumeError(std::move(E)); });
-      if ((I & 63) != 63)
+      if ((I + 1) % Pace != 0)
         continue;
       R.progress();
       while (!Tg.Lost && !TimedOut &&
