@@ -243,7 +243,8 @@ int main(int argc, char **argv) {
 
   R.onRemoteError([&](const RemoteError &E) { Rejected.push_back(E); });
   R.onDisconnect([&](ConnId C, StringRef Why, const Delivery &D) {
-    if (Destination *Tg = TargetOf(C)) {
+    // A target that answered everything may close when it likes.
+    if (Destination *Tg = TargetOf(C); Tg && !Tg->Done) {
       // "connection to HOST:PORT lost: STATUS" (or "closed by the peer").
       Tg->Lost = true;
       Tg->Final = D;
