@@ -316,6 +316,7 @@ Child startServer(const std::vector<std::string> &Argv,
   C.Out = Pipe[0];
   C.Name = Name;
   static const std::regex Ready("listening on (\\S+):(\\d+)");
+  static const std::regex ReadyByAddress("ready, by worker address only");
   static const std::regex Address("worker address ([0-9a-f]+)");
   std::string Buf;
   auto T0 = Clock::now();
@@ -332,6 +333,8 @@ Child startServer(const std::vector<std::string> &Argv,
         C.Port = static_cast<uint16_t>(std::stoul(M[2]));
         return C;
       }
+      if (std::regex_search(Line, ReadyByAddress) && !C.Address.empty())
+        return C;
     }
     if (Interrupted)
       die("interrupted");
@@ -459,6 +462,12 @@ void makeClient(ClientWorker &C, const std::string &IfuncPath,
           TC_OK ||
       tc_worker_set_target_args(C.W, "bench.stats", &C) != TC_OK)
     die("cannot register the client's local functions");
+}
+
+std::vector<std::string> serveReach(const std::string &Host) {
+  if (ConnectByAddress)
+    return {"--by-address"};
+  return {"--listen", Host + ":0"};
 }
 
 std::string connectString(const Child &S) {
