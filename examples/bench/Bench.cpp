@@ -336,6 +336,7 @@ Child startServer(const std::vector<std::string> &Argv,
   C.Out = Pipe[0];
   C.Name = Name;
   static const std::regex Ready("listening on (\\S+):(\\d+)");
+  static const std::regex ReadyByAddress("ready, by worker address only");
   static const std::regex Address("worker address ([0-9a-f]+)");
   std::string Buf;
   auto T0 = Clock::now();
@@ -352,6 +353,8 @@ Child startServer(const std::vector<std::string> &Argv,
         C.Port = static_cast<uint16_t>(std::stoul(M[2]));
         return C;
       }
+      if (std::regex_search(Line, ReadyByAddress) && !C.Address.empty())
+        return C;
     }
     if (Interrupted)
       die("interrupted");
@@ -383,6 +386,7 @@ Child startServer(const std::vector<std::string> &Argv,
 
 static void endPid(pid_t Pid) {
   kill(Pid, SIGTERM);
+  kill(Pid, SIGCONT); // A stopped server takes the SIGTERM only once it runs.
   auto T0 = Clock::now();
   int Status;
   while (waitpid(Pid, &Status, WNOHANG) == 0) {
@@ -498,6 +502,12 @@ void makeClient(ClientWorker &C, const std::string &IfuncPath,
           TC_OK ||
       tc_worker_set_target_args(C.W, "bench.stats", &C) != TC_OK)
     die("cannot register the client's local functions");
+}
+
+std::vector<std::string> serveReach(const std::string &Host) {
+  if (ConnectByAddress)
+    return {"--by-address"};
+  return {"--listen", Host + ":0"};
 }
 
 std::string connectString(const Child &S) {

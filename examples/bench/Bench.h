@@ -210,6 +210,11 @@ struct CommonOptions {
 void selectTransport(const std::string &Transport, bool Loopback);
 /// True when clients and servers connect by worker address.
 extern bool ConnectByAddress;
+/// How a `tc-bench serve` started on \p Host is reached: by its worker
+/// address when ConnectByAddress (no listener: over shared memory UCX has
+/// no transport a HOST:PORT listener could use, and libtc refuses one),
+/// else a listener on \p Host, any port.
+std::vector<std::string> serveReach(const std::string &Host);
 /// False with --no-mailbox: clients and the tc-bench servers started keep
 /// to active messages (tc_worker_params_t::mailbox = 0).
 extern bool Mailboxes;

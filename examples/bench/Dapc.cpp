@@ -457,9 +457,13 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       if (H && !H->Running.empty()) {
         Tc.push_back(parseAddress(H->Running, Name));
       } else {
-        std::vector<std::string> A = {
-            Self, "serve", "--listen", (H ? H->Addr : "127.0.0.1") + ":0",
-            "--ifunc-path", O.IfuncPath};
+        std::vector<std::string> A = {Self, "serve", "--ifunc-path",
+                                      O.IfuncPath};
+        if (H) // A test host: reached over TCP.
+          A.insert(A.end(), {"--listen", H->Addr + ":0"});
+        else
+          for (std::string &R : serveReach("127.0.0.1"))
+            A.push_back(std::move(R));
         if (Blocking)
           A.push_back("--blocking");
         if (Sb) {

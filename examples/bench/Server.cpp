@@ -213,7 +213,7 @@ void sendPong(Server &S) {
 }
 
 const char *const ServeUsage =
-    R"(USAGE: tc-bench serve --listen HOST:PORT [options]
+    R"(USAGE: tc-bench serve (--listen HOST:PORT | --by-address) [options]
 
 A benchmark target: runs the example ifuncs (and the same functions linked
 in), answers ping-pongs, holds a DAPC shard. Started by tc-bench itself, or
@@ -221,6 +221,9 @@ by hand on cluster nodes listed in a --hosts file.
 
 OPTIONS:
   --listen HOST:PORT  Address to accept connections on (port 0: any)
+  --by-address        No listener: clients connect by the worker address
+                      it prints (tc-bench over shared memory, where UCX
+                      has no transport a HOST:PORT listener could use)
   --ifunc-path DIR    Where the example archives are
   --exec MODE         auto | bitcode | object | sandbox (the server's state
                       and DAPC shard are the regions sandboxed code may use)
@@ -252,7 +255,7 @@ int runServer(int Argc, char **Argv) {
                       CacheDir, Ship = "once";
   uint64_t MaxLoaded = 0;
   bool Blocking = false, Pmix = false, Mailbox = true, SyncCompile = false,
-       Prewarm = false;
+       Prewarm = false, ByAddress = false;
   for (int I = 1; I < Argc; ++I) {
     std::string A = Argv[I];
     auto Value = [&]() {
@@ -266,6 +269,8 @@ int runServer(int Argc, char **Argv) {
     }
     if (A == "--listen")
       Listen = Value();
+    else if (A == "--by-address")
+      ByAddress = true;
     else if (A == "--ifunc-path")
       IfuncPath = Value();
     else if (A == "--exec")
@@ -290,12 +295,15 @@ int runServer(int Argc, char **Argv) {
       die("serve: unknown argument '" + A + "'");
   }
   if (Pmix && Listen.empty())
-    Listen = "127.0.0.1:0"; // Unused by the job; keeps one code path.
+    ByAddress = true; // The job's ranks connect by rank.
+  if (ByAddress && !Listen.empty())
+    die("serve: give --listen or --by-address, not both");
   size_t Colon = Listen.rfind(':');
-  if (Listen.empty() || Colon == std::string::npos)
-    die("serve: --listen HOST:PORT is required");
-  std::string Host = Listen.substr(0, Colon);
-  uint64_t Port = parseCount("--listen", Listen.substr(Colon + 1));
+  if (!ByAddress && (Listen.empty() || Colon == std::string::npos))
+    die("serve: --listen HOST:PORT (or --by-address) is required");
+  std::string Host = ByAddress ? "" : Listen.substr(0, Colon);
+  uint64_t Port =
+      ByAddress ? 0 : parseCount("--listen", Listen.substr(Colon + 1));
   if (Port > 65535)
     die("serve: bad port in --listen '" + Listen + "'");
   if (Ship != "once" && Ship != "always")
@@ -403,8 +411,9 @@ int runServer(int Argc, char **Argv) {
     die("serve: cannot register the tsi ifunc from '" + IfuncPath + "'");
 
   uint16_t Bound = 0;
-  if (tc_worker_listen(W, Host.c_str(), static_cast<uint16_t>(Port),
-                       &Bound) != TC_OK)
+  if (!ByAddress && tc_worker_listen(W, Host.c_str(),
+                                     static_cast<uint16_t>(Port),
+                                     &Bound) != TC_OK)
     die("serve: cannot listen on " + Listen);
   // The worker address, for clients that bootstrap by address (tc-bench
   // does over shared memory).
@@ -417,7 +426,10 @@ int runServer(int Argc, char **Argv) {
     std::printf("%02x", static_cast<unsigned char *>(Addr)[I]);
   std::printf("\n");
   tc_worker_release_address(W, Addr);
-  std::printf("tc-bench serve: listening on %s:%u\n", Host.c_str(), Bound);
+  if (ByAddress)
+    std::printf("tc-bench serve: ready, by worker address only\n");
+  else
+    std::printf("tc-bench serve: listening on %s:%u\n", Host.c_str(), Bound);
   bool JobDone = false;
   if (Pmix) {
     uint32_t Rank, Size;

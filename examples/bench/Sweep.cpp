@@ -178,9 +178,11 @@ int runSweep(const std::string &Which, const CommonOptions &O,
     Ep = nullptr;
   };
   if (Tc) {
-    Srv = startServer({selfPath(), "serve", "--listen", "127.0.0.1:0",
-                       "--ifunc-path", O.IfuncPath},
-                      "", Which + " server");
+    std::vector<std::string> A = {selfPath(), "serve", "--ifunc-path",
+                                  O.IfuncPath};
+    for (std::string &R : serveReach("127.0.0.1"))
+      A.push_back(std::move(R));
+    Srv = startServer(A, "", Which + " server");
     Connect();
   }
   bool Sum = Which == "sss";

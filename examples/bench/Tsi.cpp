@@ -764,8 +764,9 @@ int runTsi(const CommonOptions &O, const std::vector<std::string> &Args) {
     Mpi.check();
   std::string Self = selfPath();
   auto Serve = [&](std::vector<std::string> Extra, const std::string &Name) {
-    std::vector<std::string> A = {Self, "serve", "--listen", "127.0.0.1:0",
-                                  "--ifunc-path", O.IfuncPath};
+    std::vector<std::string> A = {Self, "serve", "--ifunc-path", O.IfuncPath};
+    for (std::string &R : serveReach("127.0.0.1"))
+      A.push_back(std::move(R));
     A.insert(A.end(), Extra.begin(), Extra.end());
     return startServer(A, "", Name);
   };

@@ -249,7 +249,12 @@ typedef struct tc_worker_params {
 typedef void (*tc_local_fn_t)(void *payload, size_t payload_size,
                               void *target_args);
 
-/** Completion of a send or flush. */
+/** Completion of a send or flush: TC_OK; TC_ERR_CONNECTION_RESET when the
+ *  connection failed or was closed first (logged once for the connection,
+ *  not once per callback); TC_ERR_REMOTE etc. from the target. A send
+ *  completes when its message has left this process, not when it ran: only
+ *  a completed flush (or region read) says the messages before it ran
+ *  (docs/c-api.md, "When a target dies"). */
 typedef void (*tc_send_cb_t)(void *arg, tc_status_t status);
 
 /** Target-side counters. */
@@ -307,7 +312,12 @@ tc_status_t tc_worker_create(tc_context_h context,
                              const tc_worker_params_t *params,
                              tc_worker_h *worker_p);
 /** Not from ifunc code or a callback that runs on @p worker (inside its
- *  tc_worker_progress()): that call would return into a freed worker. */
+ *  tc_worker_progress()): that call would return into a freed worker.
+ *  Calls nothing back: the callbacks of sends, flushes and barriers still
+ *  pending are dropped unrun (what their arg points to may be gone). Its
+ *  connections are flushed and closed within 2 s, by force where a peer
+ *  does not answer. Endpoints of the worker stay valid handles for
+ *  tc_ep_destroy() only. */
 void        tc_worker_destroy(tc_worker_h worker);
 
 /** @brief Busy-poll: make progress; returns non-zero if anything happened. */
@@ -405,7 +415,9 @@ tc_status_t tc_worker_barrier_nb(tc_worker_h worker, tc_send_cb_t cb,
 /* --- end PMIx bootstrap */
 
 /** @brief Flush, progressing the worker until done or @p timeout_ms
- *  (TC_ERR_TIMED_OUT; that flush still ends later, harmlessly). From ifunc
+ *  (TC_ERR_TIMED_OUT, logged with the peer and the messages not
+ *  acknowledged; that flush still ends later, harmlessly), or until the
+ *  connection fails (TC_ERR_CONNECTION_RESET). From ifunc
  *  code that came as an active message, where the answer cannot be taken,
  *  TC_ERR_INVALID_PARAM at once: use tc_ep_flush_nb() there. */
 tc_status_t tc_ep_flush(tc_ep_h ep, int timeout_ms);

@@ -32,8 +32,12 @@ struct tc_context {
 
 struct tc_ep {
   tc_worker *W;
-  ConnId Conn;
-  std::string Closed; ///< Why the connection went, once Conn is 0.
+  ConnId Conn; ///< 0 once the connection is gone (see Gone).
+  /// Made by tc_ep_connect*() (not accepted): its peer going away is
+  /// worth a line even when nothing was lost.
+  bool Made = false;
+  std::string Peer; ///< For messages: "HOST:PORT", "rank R", ...
+  std::string Gone; ///< Why the connection went, once it has.
 };
 
 /// A tc_worker_barrier_nb() in flight. PMIx completes it on its own thread:
@@ -115,15 +119,6 @@ tc_status_t fail(tc_status_t S, llvm::Error E) {
 
 tc_status_t fail(tc_status_t S, const char *What) {
   return fail(S, llvm::createStringError(What));
-}
-
-/// The failure of a call on an endpoint whose connection went: the reason
-/// the transport gave ("connection to HOST:PORT lost: ...").
-tc_status_t failClosed(const tc_ep *E, const char *Who) {
-  return fail(TC_ERR_CONNECTION_RESET,
-              llvm::createStringError("%s: connection closed%s%s", Who,
-                                      E->Closed.empty() ? "" : ": ",
-                                      E->Closed.c_str()));
 }
 
 tc_status_t fromWire(WireStatus S) {
@@ -361,7 +356,8 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
   W->RT->onAccept([Raw](ConnId Conn) {
     if (!Raw->AcceptCB)
       return;
-    auto *E = new (std::nothrow) tc_ep{Raw, Conn, {}};
+    auto *E = new (std::nothrow)
+        tc_ep{Raw, Conn, false, Raw->RT->transport().peerName(Conn), {}};
     if (!E) {
       fail(TC_ERR_NO_MEMORY, "accepting a connection: out of memory");
       Raw->RT->transport().disconnect(Conn);
@@ -370,13 +366,25 @@ tc_status_t tc_worker_create(tc_context_h C, const tc_worker_params_t *P,
     Raw->Eps[Conn] = E;
     Raw->AcceptCB(Raw->AcceptArg, E);
   });
-  W->RT->onDisconnect([Raw](ConnId Conn, llvm::StringRef Why) {
+  W->RT->onDisconnect([Raw](ConnId Conn, llvm::StringRef Why,
+                            const Delivery &D) {
     auto It = Raw->Eps.find(Conn);
-    if (It != Raw->Eps.end()) {
-      It->second->Conn = 0; // Stale: later sends fail at once.
-      It->second->Closed = Why.str();
-      Raw->Eps.erase(It);   // tc_ep_destroy() no longer finds it here.
-    }
+    if (It == Raw->Eps.end())
+      return;
+    tc_ep *E = It->second;
+    E->Conn = 0;        // Stale: later sends fail at once.
+    Raw->Eps.erase(It); // tc_ep_destroy() no longer finds it here.
+    // Why, and what it cost: later calls on the endpoint say it.
+    bool Lost = D.Acknowledged < D.Sent;
+    E->Gone = Why.str() + (Lost ? describeLoss(D, D.Sent) : "");
+    // And one line now where the application lost something: a flush or
+    // read that failed with it (they said TC_ERR_CONNECTION_RESET without
+    // a line each: completionStatus), or, on a connection that failed
+    // rather than closed, messages not acknowledged or the peer it
+    // connected to. A peer that closes its end when it is done (a job's
+    // end) is no error.
+    if (D.Waiting || (!closedByPeer(Why) && (E->Made || Lost)))
+      logError(E->Gone);
   });
   if (UsePmix) {
     // Publish the worker address under our rank, then meet every rank.
@@ -561,7 +569,8 @@ static tc_status_t newEp(tc_worker_h W, llvm::Expected<ConnId> C,
                          tc_ep_h *Out) {
   if (!C)
     return fail(TC_ERR_UNREACHABLE, C.takeError());
-  auto *E = new (std::nothrow) tc_ep{W, *C, {}};
+  auto *E = new (std::nothrow)
+      tc_ep{W, *C, true, W->RT->transport().peerName(*C), {}};
   if (!E)
     return fail(TC_ERR_NO_MEMORY, "tc_ep_connect: out of memory");
   W->Eps[*C] = E;
@@ -586,14 +595,19 @@ tc_status_t tc_ep_connect_address(tc_worker_h W, const void *Addr, size_t Len,
                Out);
 }
 
-/// Completion callbacks: llvm::Error to a status, through fail(). The
-/// runtime marks the errors of a connection that went with
-/// errc::connection_reset, a target's refusal with
-/// errc::operation_not_permitted (Runtime.h); anything else is the
-/// transport's (TC_ERR_IO).
+/// Completion callbacks: llvm::Error to a status, through fail(). A
+/// connection that failed or closed (a ConnectionError) is
+/// TC_ERR_CONNECTION_RESET, logged once for the connection (onDisconnect),
+/// not once per send it failed, and kept for tc_last_error(); a target's
+/// refusal (errc::operation_not_permitted, Runtime.h) TC_ERR_REMOTE;
+/// anything else the transport's (TC_ERR_IO).
 static tc_status_t completionStatus(llvm::Error E) {
   if (!E)
     return TC_OK;
+  if (E.isA<ConnectionError>()) {
+    LastError = llvm::toString(std::move(E));
+    return TC_ERR_CONNECTION_RESET;
+  }
   std::error_code EC;
   std::string Msg;
   llvm::handleAllErrors(std::move(E), [&](const llvm::ErrorInfoBase &I) {
@@ -601,12 +615,17 @@ static tc_status_t completionStatus(llvm::Error E) {
       EC = I.convertToErrorCode();
     Msg += Msg.empty() ? I.message() : "; " + I.message();
   });
-  tc_status_t S = TC_ERR_IO;
-  if (EC == std::errc::connection_reset)
-    S = TC_ERR_CONNECTION_RESET;
-  else if (EC == std::errc::operation_not_permitted)
-    S = TC_ERR_REMOTE;
-  return fail(S, llvm::createStringError(Msg));
+  return fail(EC == std::errc::operation_not_permitted ? TC_ERR_REMOTE
+                                                       : TC_ERR_IO,
+              llvm::createStringError(Msg));
+}
+
+/// The status of a call on an endpoint whose connection is gone.
+static tc_status_t closedEp(const char *Who, tc_ep_h E) {
+  return fail(TC_ERR_CONNECTION_RESET,
+              llvm::createStringError("%s: %s", Who,
+                                      E->Gone.empty() ? "connection closed"
+                                                      : E->Gone.c_str()));
 }
 
 static llvm::unique_function<void(llvm::Error)> completion(tc_send_cb_t CB,
@@ -648,7 +667,11 @@ tc_status_t tc_ep_connect_rank(tc_worker_h W, uint32_t Rank, tc_ep_h *Out) {
                   A.takeError());
     It = W->RankAddrs.emplace(Rank, std::move(*A)).first;
   }
-  return newEp(W, W->RT->transport().connectAddress(It->second), Out);
+  tc_status_t S =
+      newEp(W, W->RT->transport().connectAddress(It->second), Out);
+  if (S == TC_OK)
+    (*Out)->Peer = "rank " + std::to_string(Rank);
+  return S;
 }
 
 tc_status_t tc_worker_barrier_nb(tc_worker_h W, tc_send_cb_t CB, void *Arg) {
@@ -679,7 +702,7 @@ static tc_status_t startFlush(tc_ep_h E, const char *Who,
     return fail(TC_ERR_INVALID_PARAM,
                 llvm::createStringError("%s: bad endpoint", Who));
   if (!E->Conn)
-    return failClosed(E, Who);
+    return closedEp(Who, E);
   E->W->RT->fence(E->Conn, std::move(Done));
   return TC_INPROGRESS;
 }
@@ -689,7 +712,7 @@ tc_status_t tc_ep_read_region_nb(tc_ep_h E, size_t Length, tc_read_cb_t CB,
   if (!E || !E->W || !CB)
     return fail(TC_ERR_INVALID_PARAM, "tc_ep_read_region_nb: NULL argument");
   if (!E->Conn)
-    return failClosed(E, "tc_ep_read_region_nb");
+    return closedEp("tc_ep_read_region_nb", E);
   E->W->RT->readRegion(E->Conn, Length,
                        [CB, Arg](llvm::Expected<std::string> D) {
                          if (!D)
@@ -729,8 +752,15 @@ tc_status_t tc_ep_flush(tc_ep_h E, int TimeoutMs) {
   while (!St->Done) {
     if (E->W->RT->progress())
       continue;
-    if (TimeoutMs >= 0 && std::chrono::steady_clock::now() >= Deadline)
-      return fail(TC_ERR_TIMED_OUT, "tc_ep_flush: timed out");
+    if (TimeoutMs >= 0 && std::chrono::steady_clock::now() >= Deadline) {
+      // Who did not answer, and what is unknown because of it.
+      Delivery D = E->W->RT->delivery(E->Conn);
+      return fail(TC_ERR_TIMED_OUT,
+                  llvm::createStringError(
+                      "tc_ep_flush: timed out after %d ms waiting for %s%s",
+                      TimeoutMs, E->Peer.c_str(),
+                      describeLoss(D, D.Sent).c_str()));
+    }
     if (llvm::Error Err = E->W->RT->wait(10))
       return fail(TC_ERR_IO, std::move(Err));
   }
@@ -824,7 +854,7 @@ tc_status_t tc_msg_send(tc_ep_h E, tc_msg_h M, tc_send_cb_t CB, void *Arg) {
   if (!E || !E->W || !M)
     return fail(TC_ERR_INVALID_PARAM, "tc_msg_send: NULL argument");
   if (!E->Conn)
-    return failClosed(E, "tc_msg_send");
+    return closedEp("tc_msg_send", E);
   if (!CB) // Nothing to keep per send: the runtime's fast path.
     E->W->RT->send(E->Conn, M->M);
   else
@@ -859,7 +889,7 @@ tc_status_t tc_ep_send_local(tc_ep_h E, const char *Name, const void *Payload,
   if (!E || !E->W || !Name || (!Payload && Size))
     return fail(TC_ERR_INVALID_PARAM, "tc_ep_send_local: NULL argument");
   if (!E->Conn)
-    return failClosed(E, "tc_ep_send_local");
+    return closedEp("tc_ep_send_local", E);
   E->W->RT->sendLocal(
       E->Conn, Name,
       llvm::StringRef(static_cast<const char *>(Payload), Size),

@@ -67,8 +67,10 @@ Runtime::~Runtime() {
   // and every job not started, are dropped. The job signals the transport,
   // so the transport goes after it.
   Compiler.reset();
-  // Tear the transport down first: its pending completions still refer to
-  // buffers this object owns.
+  // Tear the transport down first, while the buffers its sends use are
+  // here. It calls nothing back (its completions are dropped unrun), and
+  // neither does this object: the fences, reads and held sends of Conns
+  // go with it unrun.
   T.reset();
 }
 
@@ -129,10 +131,12 @@ void Runtime::releaseOutbox(ConnId C) {
       return;
     Held Next = std::move(It->second.Outbox.front());
     It->second.Outbox.pop_front();
-    if (It->second.Failure.empty())
+    if (It->second.Failure.empty()) {
+      It->second.Unsent -= Next.Message; // It leaves now.
       Next.Run();
-    else
+    } else {
       Next.Fail(createStringError(It->second.Failure));
+    }
   }
 }
 
@@ -183,7 +187,9 @@ void Runtime::onAccept(ConnId C) {
 
 void Runtime::onDisconnect(ConnId C, StringRef Why) {
   auto It = Conns.find(C);
+  Delivery D;
   if (It != Conns.end()) {
+    D = delivery(C);
     auto Fences = std::move(It->second.Fences);
     auto Reads = std::move(It->second.Reads);
     auto Outbox = std::move(It->second.Outbox);
@@ -195,26 +201,19 @@ void Runtime::onDisconnect(ConnId C, StringRef Why) {
     for (auto &KV : Compiling)
       llvm::erase_if(KV.second.Waiters,
                      [C](const CompileWaiter &W) { return W.Conn == C; });
-    // errc::connection_reset tells the C API's callers which errors these
-    // are (TC_ERR_CONNECTION_RESET).
-    auto Closed = [&] {
-      return make_error<StringError>("connection closed: " + Why,
-                                     std::make_error_code(
-                                         std::errc::connection_reset));
-    };
     for (Held &H : Outbox)
-      H.Fail(Closed());
+      H.Fail(connectionError(Why));
     for (auto &KV : Fences)
       if (KV.second)
-        KV.second(Closed());
+        KV.second(connectionError(Why));
     for (auto &KV : Reads)
-      KV.second(Closed());
+      KV.second(connectionError(Why));
   }
   if (Device) // Its work still finishes; nothing is sent for it.
     Device->closeConnection(C);
   event(formatv("connection {0} closed: {1}", C, Why));
   if (DisconnectCB)
-    DisconnectCB(C, Why);
+    DisconnectCB(C, Why, D);
 }
 
 } // namespace tc

@@ -154,6 +154,33 @@ struct RuntimeOptions {
   std::function<void(std::function<void()>)> CompileExecutor;
 };
 
+/// What a sender knows of the messages it sent on one connection
+/// (docs/runtime.md, "When a target dies"). Messages on a connection are
+/// processed in order, so the acknowledged ones are the first ones.
+struct Delivery {
+  /// Messages (Invoke, LocalInvoke) handed to send() or sendLocal() on the
+  /// connection, those held until the peer's Hello included.
+  uint64_t Sent = 0;
+  /// Of them, the first this many: a fence or region read sent after them
+  /// was answered, so each of them ran or was rejected (a RemoteError).
+  /// Nothing is known of the others: any of them may have run or not,
+  uint64_t Acknowledged = 0;
+  /// but for the last this many, which never left this process (held for
+  /// a Hello that did not come, or failed with the connection before): they
+  /// did not run.
+  uint64_t Unsent = 0;
+  /// Fences, region reads and held sends waiting for the peer (at a
+  /// disconnect: those it failed).
+  uint64_t Waiting = 0;
+};
+
+/// What a client says of the messages a failed connection cost (tc-send,
+/// the C API): ": N of M messages were not acknowledged (the first A ran;
+/// K may have run or not; U were never sent)", for the \p Total messages
+/// meant for the target (M, at least D.Sent; the ones never handed to
+/// send() were never sent either). Empty when \p Total is 0.
+std::string describeLoss(const Delivery &D, uint64_t Total);
+
 /// An error a target sent back about one of our messages.
 struct RemoteError {
   ConnId Conn = 0;
@@ -168,6 +195,10 @@ public:
           std::shared_ptr<JitEngine> Jit);
   static llvm::Expected<std::unique_ptr<Runtime>>
   create(std::unique_ptr<Transport> T, RuntimeOptions Opts = {});
+  /// Calls nothing back: completions of sends, fences, region reads and
+  /// held sends still pending are dropped unrun (what they refer to may be
+  /// gone already), and so are the hooks (onDisconnect etc.). Endpoints
+  /// are flushed and closed, within a bounded time (the transport's).
   ~Runtime() override;
 
   Transport &transport() { return *T; }
@@ -233,7 +264,7 @@ public:
   /// Sends a fence; \p Done runs when the target has processed every
   /// earlier message on \p Conn (run or rejected). When the connection
   /// goes first, or the fence cannot be sent on it, the error of fences,
-  /// region reads and held sends carries std::errc::connection_reset.
+  /// region reads and held sends is a ConnectionError (Transport.h).
   void fence(ConnId Conn, llvm::unique_function<void(llvm::Error)> Done);
 
   /// Reads up to \p Length bytes of the target's exposed region. The read
@@ -242,6 +273,11 @@ public:
   /// is an error carrying std::errc::operation_not_permitted.
   void readRegion(ConnId Conn, uint64_t Length,
                   llvm::unique_function<void(llvm::Expected<std::string>)> Done);
+
+  /// What this process knows of the messages it sent on \p C (zeros for
+  /// a connection it does not know, or no longer: onDisconnect() hands
+  /// over the last figures).
+  Delivery delivery(ConnId C) const;
 
   /// Called for each Error frame a target sends back.
   void onRemoteError(llvm::unique_function<void(const RemoteError &)> CB) {
@@ -318,7 +354,12 @@ public:
   void onAccept(llvm::unique_function<void(ConnId)> CB) {
     AcceptCB = std::move(CB);
   }
-  void onDisconnect(llvm::unique_function<void(ConnId, llvm::StringRef)> CB) {
+  /// \p CB gets the connection, why it went (the transport's words) and
+  /// what was delivered on it, after the sends, fences and reads pending on
+  /// it failed with a ConnectionError.
+  void onDisconnect(
+      llvm::unique_function<void(ConnId, llvm::StringRef, const Delivery &)>
+          CB) {
     DisconnectCB = std::move(CB);
   }
   void onEvent(llvm::unique_function<void(llvm::StringRef)> CB) {
@@ -394,6 +435,7 @@ private:
   struct Held {
     llvm::unique_function<void()> Run;
     llvm::unique_function<void(llvm::Error)> Fail;
+    bool Message = false; ///< A message's send (counted in Conn::Unsent).
   };
   /// What one side knows about one connection.
   struct Conn {
@@ -423,6 +465,14 @@ private:
     std::map<uint32_t,
              llvm::unique_function<void(llvm::Expected<std::string>)>>
         Reads;
+    /// Delivery::Sent and ::Acknowledged, and for each fence and region
+    /// read in flight (by sequence number) the messages sent before it:
+    /// its answer acknowledges them.
+    uint64_t Sent = 0, Acknowledged = 0, Unsent = 0;
+    std::map<uint32_t, uint64_t> Covers;
+    /// The bytes each region read in flight asked for: a target that
+    /// answers with more is not believed.
+    std::map<uint32_t, uint64_t> Asked;
     // As a target.
     /// The sequence number of the last sequenced frame that arrived
     /// (Invoke, LocalInvoke, Fence, RegionRead): a compact frame's is the
@@ -462,13 +512,32 @@ private:
   /// A send on a blocked connection: held (Resend(Done) makes it once the
   /// peer's Hello is here), or failed through \p Done at once.
   template <typename DoneFn, typename ResendFn>
-  void holdOrFail(Conn &S, DoneFn Done, ResendFn Resend);
+  void holdOrFail(Conn &S, DoneFn Done, ResendFn Resend,
+                  bool Message = false);
   /// The archive bytes to ship \p F to the peer of \p S: the one member
   /// it runs when it said Hello, else every target member.
   llvm::StringRef shippedBytes(const Ifunc &F, const Conn &S);
   void sendError(ConnId C, const Frame &About, WireStatus S,
                  llvm::StringRef Msg);
   void event(const llvm::Twine &Msg);
+
+  /// The fence or region read \p Seq of \p S was answered: the messages
+  /// sent before it are acknowledged.
+  void acknowledge(Conn &S, uint32_t Seq);
+  /// send() once the message is counted: \p S is conn(C).
+  void sendMessage(ConnId C, Conn &S, const Message &M,
+                   llvm::unique_function<void(llvm::Error)> Done);
+  /// sendLocal() once the message is counted.
+  void sendLocalMessage(ConnId C, Conn &S, uint32_t Id,
+                        llvm::StringRef Payload,
+                        llvm::unique_function<void(llvm::Error)> Done);
+  /// fence() and readRegion() covering the first \p Covers messages sent
+  /// on \p C (the count when the application asked: a held one is sent
+  /// later, after messages held behind it were counted).
+  void sendFence(ConnId C, uint64_t Covers,
+                 llvm::unique_function<void(llvm::Error)> Done);
+  void sendRead(ConnId C, uint64_t Covers, uint64_t Length,
+                llvm::unique_function<void(llvm::Expected<std::string>)> Done);
 
   /// Handles one frame; returns false if it must wait for code (queued).
   bool handle(ConnId C, Conn &S, const Frame &F);
@@ -619,7 +688,8 @@ private:
   std::string BodyBuf; ///< Reused by send() for payload + archive.
   llvm::unique_function<void(const RemoteError &)> RemoteErrorCB;
   llvm::unique_function<void(ConnId)> AcceptCB;
-  llvm::unique_function<void(ConnId, llvm::StringRef)> DisconnectCB;
+  llvm::unique_function<void(ConnId, llvm::StringRef, const Delivery &)>
+      DisconnectCB;
   llvm::unique_function<void(llvm::StringRef)> EventCB;
 
   // Off-thread compiles. Compiling and CompilesInFlight belong to the

@@ -467,6 +467,8 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
       return;
     }
     if (S.Reads.count(F.Seq)) {
+      acknowledge(S, F.Seq); // The read was processed, after the messages.
+      S.Asked.erase(F.Seq);
       // errc::operation_not_permitted: the target refused (the C API's
       // TC_ERR_REMOTE).
       finishWaiter(
@@ -481,13 +483,30 @@ void Runtime::onOtherFrame(ConnId C, StringRef Header, StringRef Body,
       RemoteErrorCB(RE);
     return;
   }
-  case FrameType::RegionData:
+  case FrameType::RegionData: {
+    auto A = S.Asked.find(F.Seq);
+    if (A == S.Asked.end() || !S.Reads.count(F.Seq))
+      return; // No read of ours: dropped.
+    uint64_t Asked = A->second;
+    S.Asked.erase(A);
+    if (F.Data.size() > Asked) { // Not what was asked: not believed.
+      finishWaiter(S.Reads, F.Seq,
+                   createStringError(formatv("target: {0} bytes for a read "
+                                             "of {1}",
+                                             F.Data.size(), Asked)
+                                         .str()));
+      return;
+    }
+    acknowledge(S, F.Seq);
     finishWaiter(S.Reads, F.Seq, F.Data.str());
     return;
+  }
   case FrameType::Hello:
     onHello(C, F);
     return;
   case FrameType::FenceDone:
+    if (S.Fences.count(F.Seq))
+      acknowledge(S, F.Seq);
     finishWaiter(S.Fences, F.Seq, Error::success());
     return;
   }

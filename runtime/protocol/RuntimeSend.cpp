@@ -13,6 +13,7 @@
 #include "protocol/RuntimeImpl.h"
 #include "transport/Bytes.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -182,7 +183,7 @@ StringRef Runtime::shippedBytes(const Ifunc &F, const Conn &S) {
 }
 
 template <typename DoneFn, typename ResendFn>
-void Runtime::holdOrFail(Conn &S, DoneFn Done, ResendFn Resend) {
+void Runtime::holdOrFail(Conn &S, DoneFn Done, ResendFn Resend, bool Message) {
   auto Shared = std::make_shared<DoneFn>(std::move(Done));
   Held H{[Shared, Resend = std::move(Resend)]() mutable {
            Resend(std::move(*Shared));
@@ -192,11 +193,15 @@ void Runtime::holdOrFail(Conn &S, DoneFn Done, ResendFn Resend) {
              (*Shared)(std::move(E));
            else
              consumeError(std::move(E));
-         }};
-  if (S.AwaitingHello)
+         },
+         Message};
+  if (S.AwaitingHello) {
+    S.Unsent += Message;
     S.Outbox.push_back(std::move(H));
-  else
+  } else {
+    S.Unsent += Message; // Failed before it left.
     H.Fail(createStringError(S.Failure));
+  }
 }
 
 void Runtime::sendFrame(ConnId C, const Frame &F, StringRef Body,
@@ -309,22 +314,30 @@ void Runtime::sendLaidOut(ConnId C, Conn &S, const SmallInvoke &I,
 
 void Runtime::send(ConnId C, const Message &M) {
   Conn &S = conn(C);
+  ++S.Sent;
   if (LLVM_LIKELY(!S.Blocked && S.LastSent == M.Code &&
                   !Opts.AlwaysShipCode))
     return sendSmall(
         C, S, SmallInvoke{FrameType::Invoke, S.NextSeq++, S.LastSentId},
         *M.Payload, unique_function<void(Error)>(), &M.Payload);
-  send(C, M, unique_function<void(Error)>());
+  sendMessage(C, S, M, unique_function<void(Error)>());
 }
 
 void Runtime::send(ConnId C, const Message &M,
                    unique_function<void(Error)> Done) {
   Conn &S = conn(C);
+  ++S.Sent;
+  sendMessage(C, S, M, std::move(Done));
+}
+
+void Runtime::sendMessage(ConnId C, Conn &S, const Message &M,
+                          unique_function<void(Error)> Done) {
   if (LLVM_UNLIKELY(S.Blocked))
     return holdOrFail(S, std::move(Done),
                       [this, C, M](unique_function<void(Error)> D) {
-                        send(C, M, std::move(D));
-                      });
+                        sendMessage(C, conn(C), M, std::move(D));
+                      },
+                      /*Message=*/true);
   // The code id of this identity here; the last ifunc sent is remembered,
   // so a run of one ifunc's messages skips the lookup.
   bool Sent = true;
@@ -356,25 +369,31 @@ void Runtime::send(ConnId C, const Message &M,
 }
 
 /// A frame that could not be sent: the transport failed the connection
-/// (UCX's status in the message). Marked as a connection's error, as those
-/// of a connection that closed are (Runtime.h, fence()).
+/// (UCX's status in the message). A connection's error, as those of a
+/// connection that closed are (Runtime.h, fence()).
 static Error sendFailed(Error E) {
-  return make_error<StringError>(
-      toString(std::move(E)),
-      std::make_error_code(std::errc::connection_reset));
+  if (E.isA<ConnectionError>())
+    return E;
+  return connectionError(toString(std::move(E)));
 }
 
 void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
+  sendFence(C, conn(C).Sent, std::move(Done));
+}
+
+void Runtime::sendFence(ConnId C, uint64_t Covers,
+                        unique_function<void(Error)> Done) {
   Conn &S = conn(C);
   if (S.Blocked)
     return holdOrFail(S, std::move(Done),
-                      [this, C](unique_function<void(Error)> D) {
-                        fence(C, std::move(D));
+                      [this, C, Covers](unique_function<void(Error)> D) {
+                        sendFence(C, Covers, std::move(D));
                       });
   Frame F;
   F.Type = FrameType::Fence;
   F.Seq = S.NextSeq++;
   S.Fences[F.Seq] = std::move(Done);
+  S.Covers[F.Seq] = Covers;
   sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
     if (E)
       E = sendFailed(std::move(E));
@@ -387,18 +406,25 @@ void Runtime::fence(ConnId C, unique_function<void(Error)> Done) {
 
 void Runtime::readRegion(ConnId C, uint64_t Length,
                          unique_function<void(Expected<std::string>)> Done) {
+  sendRead(C, conn(C).Sent, Length, std::move(Done));
+}
+
+void Runtime::sendRead(ConnId C, uint64_t Covers, uint64_t Length,
+                       unique_function<void(Expected<std::string>)> Done) {
   Conn &S = conn(C);
   if (S.Blocked)
-    return holdOrFail(
-        S, std::move(Done),
-        [this, C, Length](unique_function<void(Expected<std::string>)> D) {
-          readRegion(C, Length, std::move(D));
-        });
+    return holdOrFail(S, std::move(Done),
+                      [this, C, Covers, Length](
+                          unique_function<void(Expected<std::string>)> D) {
+                        sendRead(C, Covers, Length, std::move(D));
+                      });
   Frame F;
   F.Type = FrameType::RegionRead;
   F.Seq = S.NextSeq++;
   F.Length = Length;
   S.Reads[F.Seq] = std::move(Done);
+  S.Covers[F.Seq] = Covers;
+  S.Asked[F.Seq] = Length;
   sendFrame(C, F, StringRef(), [this, C, Seq = F.Seq](Error E) {
     if (E)
       E = sendFailed(std::move(E));
@@ -409,6 +435,47 @@ void Runtime::readRegion(ConnId C, uint64_t Length,
   });
 }
 
+void Runtime::acknowledge(Conn &S, uint32_t Seq) {
+  auto It = S.Covers.find(Seq);
+  if (It == S.Covers.end())
+    return;
+  S.Acknowledged = std::max(S.Acknowledged, It->second);
+  // Answers come in order: those before it are answered, or never will be.
+  S.Covers.erase(S.Covers.begin(), std::next(It));
+}
+
+std::string describeLoss(const Delivery &D, uint64_t Total) {
+  if (Total == 0)
+    return "";
+  uint64_t Acked = std::min(D.Acknowledged, Total), Lost = Total - Acked;
+  // Those never handed to send() (a stream that stopped) or that never
+  // left this process did not run either.
+  uint64_t Unsent =
+      std::min(Lost, D.Unsent + (Total - std::min(D.Sent, Total)));
+  std::string S =
+      formatv(": {0} of {1} messages were not acknowledged", Lost, Total);
+  if (Lost == 0)
+    return S;
+  SmallVector<std::string, 3> Parts;
+  if (Acked)
+    Parts.push_back(formatv("the first {0} ran", Acked));
+  if (Lost > Unsent)
+    Parts.push_back(formatv("{0} may have run or not", Lost - Unsent));
+  if (Unsent)
+    Parts.push_back(formatv("{0} {1} never sent", Unsent,
+                            Unsent == 1 ? "was" : "were"));
+  return S + " (" + join(Parts, "; ") + ")";
+}
+
+Delivery Runtime::delivery(ConnId C) const {
+  auto It = Conns.find(C);
+  if (It == Conns.end())
+    return Delivery();
+  const Conn &S = It->second;
+  return Delivery{S.Sent, S.Acknowledged, S.Unsent,
+                  S.Fences.size() + S.Reads.size() + S.Outbox.size()};
+}
+
 void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
                         unique_function<void(Error)> Done) {
   sendLocal(C, localFunctionId(Name), Payload, std::move(Done));
@@ -417,12 +484,21 @@ void Runtime::sendLocal(ConnId C, StringRef Name, StringRef Payload,
 void Runtime::sendLocal(ConnId C, uint32_t Id, StringRef Payload,
                         unique_function<void(Error)> Done) {
   Conn &S = conn(C);
+  ++S.Sent;
+  sendLocalMessage(C, S, Id, Payload, std::move(Done));
+}
+
+void Runtime::sendLocalMessage(ConnId C, Conn &S, uint32_t Id,
+                               StringRef Payload,
+                               unique_function<void(Error)> Done) {
   if (LLVM_UNLIKELY(S.Blocked))
     return holdOrFail(S, std::move(Done),
                       [this, C, Id, Payload = Payload.str()](
                           unique_function<void(Error)> D) {
-                        sendLocal(C, Id, Payload, std::move(D));
-                      });
+                        sendLocalMessage(C, conn(C), Id, Payload,
+                                         std::move(D));
+                      },
+                      /*Message=*/true);
   sendSmall(C, S, SmallInvoke{FrameType::LocalInvoke, S.NextSeq++, Id},
             Payload, std::move(Done));
 }

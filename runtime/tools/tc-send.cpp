@@ -3,7 +3,10 @@
 // Registers ARCHIVE, sends N messages of it to a target, waits until the
 // target has processed all of them (a fence, or the region read), and with
 // --read-back prints the first bytes of the target's region as lowercase
-// hex. Exits 1 with the target's message if it rejected any of them.
+// hex. Exits 1 with the target's message if it rejected any of them, and
+// with one line per target that went away (unreachable, refused, silent for
+// --timeout, closed, dead): why, and which messages the sender may take as
+// run (docs/runtime.md, "When a target dies").
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +15,7 @@
 #include "ToolSupport.h"
 
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -38,7 +42,8 @@ OPTIONS:
   --payload-file F     Source args read from a file
   --count N            Messages per archive (1; 0 with --read-back: only read)
   --read-back BYTES    Then print the target region's first BYTES as hex
-  --timeout MS         Give up after MS milliseconds (30000)
+  --timeout MS         Give up on a target that has answered nothing for
+                       MS milliseconds (30000)
   --local NAME         Instead of an archive, run the function the target
                        registered as NAME (the active-message baseline;
                        the payload is the source args as given)
@@ -47,6 +52,36 @@ OPTIONS:
                        a target handles bad input
   --help, --version
 )";
+
+namespace {
+
+/// One target of this run, and what became of it.
+struct Destination {
+  ConnId Conn = 0;
+  std::string Name;   ///< HOST:PORT or "rank R", for messages.
+  std::string Prefix; ///< What a failure's line starts with ("rank R: ").
+  bool Done = false;  ///< The last fence or region read was answered.
+  bool Lost = false;  ///< The connection went (onDisconnect).
+  std::string Failure;
+  Delivery Final; ///< At the loss, or when the target timed out.
+  std::string Region;
+};
+
+Destination destination(ConnId C, std::string Name, std::string Prefix) {
+  Destination D;
+  D.Conn = C;
+  D.Name = std::move(Name);
+  D.Prefix = std::move(Prefix);
+  return D;
+}
+
+/// At most this many messages, and about this many bytes of their
+/// payloads, wait unacknowledged at once; a fence after every quarter of
+/// that (4,096 messages at most) acknowledges a stream as it goes.
+constexpr uint64_t WindowMax = uint64_t(1) << 18, WindowBytes = 256 << 20,
+                   FenceEveryMax = 4096;
+
+} // namespace
 
 int main(int argc, char **argv) {
   const char *Tool = "tc-send";
@@ -128,6 +163,10 @@ int main(int argc, char **argv) {
                                  B.getError().message());
     Args = (*B)->getBuffer().str();
   }
+  // What the Runtime's callbacks write to lives before the Runtime, so it
+  // outlives it (a Runtime calls nothing back when destroyed anyway).
+  std::vector<Destination> Targets;
+  std::vector<RemoteError> Rejected;
   auto T = createUcxTransport();
   if (!T)
     return toolError(Tool, toString(T.takeError()));
@@ -159,16 +198,23 @@ int main(int argc, char **argv) {
       return toolError(Tool, "'" + RawFrame + "': " + B.getError().message());
     Raw = (*B)->getBuffer().str();
   }
+  // Messages meant for each target.
+  const uint64_t Total = Local.empty() ? N * Messages.size() : N;
+  uint64_t PayloadMax = Args.size();
+  for (const Message &M : Messages)
+    PayloadMax = std::max<uint64_t>(PayloadMax, M.Payload->size());
+  const uint64_t Window = std::clamp<uint64_t>(
+      WindowBytes / std::max<uint64_t>(PayloadMax, 1), 16, WindowMax);
+  const uint64_t FenceEvery = std::min(FenceEveryMax, Window / 4);
+  // How often the stream progresses and looks at the window.
+  const uint64_t Pace = std::min<uint64_t>(64, FenceEvery);
   // The targets: one HOST:PORT, or ranks wired up through PMIx.
-  std::vector<ConnId> Conns;
-  std::vector<std::string> Names; ///< For messages: "rank R" or empty.
   std::unique_ptr<Bootstrap> Boot;
   if (Ranks.empty()) {
     auto Conn = R.connect(HostPort.first, HostPort.second);
     if (!Conn)
       return toolError(Tool, toString(Conn.takeError()));
-    Conns.push_back(*Conn);
-    Names.push_back("");
+    Targets.push_back(destination(*Conn, To, ""));
   } else {
     // --- PMIx bootstrap (issue #20)
     auto B = joinJob(R.transport().address());
@@ -187,104 +233,161 @@ int main(int argc, char **argv) {
       if (!Conn)
         return toolError(Tool, "rank " + Twine(Rk) + ": " +
                                    toString(Conn.takeError()));
-      Conns.push_back(*Conn);
-      Names.push_back("rank " + std::to_string(Rk));
+      std::string Name = "rank " + std::to_string(Rk);
+      Targets.push_back(destination(*Conn, Name, Name + ": "));
     }
     // --- end PMIx bootstrap
   }
-  auto NameOf = [&](ConnId C) -> std::string {
-    for (size_t I = 0; I < Conns.size(); ++I)
-      if (Conns[I] == C)
-        return Names[I];
-    return "";
+  auto TargetOf = [&](ConnId C) -> Destination * {
+    for (Destination &Tg : Targets)
+      if (Tg.Conn == C)
+        return &Tg;
+    return nullptr;
   };
 
-  std::vector<RemoteError> Rejected;
   R.onRemoteError([&](const RemoteError &E) { Rejected.push_back(E); });
-  std::string Failure;
-  bool Closed = false;
-  R.onDisconnect([&](ConnId C, StringRef Why) {
-    std::string Name = NameOf(C);
-    if (std::find(Conns.begin(), Conns.end(), C) != Conns.end()) {
-      Closed = true;
-      // "connection to HOST:PORT lost: STATUS", with the rank if any.
-      Failure = Name.empty() ? Why.str() : Name + ": " + Why.str();
+  R.onDisconnect([&](ConnId C, StringRef Why, const Delivery &D) {
+    // A target that answered everything may close when it likes.
+    if (Destination *Tg = TargetOf(C); Tg && !Tg->Done) {
+      // "connection to HOST:PORT lost: STATUS" (or "closed by the peer").
+      Tg->Lost = true;
+      Tg->Final = D;
+      Tg->Failure = Why.str();
     }
   });
 
-  for (ConnId Conn : Conns) {
+  for (Destination &Tg : Targets) {
     if (!RawFrame.empty()) {
       StringRef Bytes = Raw;
-      R.transport().send(Conn, Bytes.take_front(24), Bytes.drop_front(24),
-                         [&](llvm::Error E) { consumeError(std::move(E)); });
+      R.transport().send(Tg.Conn, Bytes.take_front(24), Bytes.drop_front(24),
+                         [](llvm::Error E) { consumeError(std::move(E)); });
     }
   }
-  auto Completed = [&](llvm::Error E) {
-    if (E && Failure.empty())
-      Failure = toString(std::move(E));
-    else
-      consumeError(std::move(E));
+  // --timeout: the targets must answer (acknowledge messages, or the last
+  // fence or read) within this long of their last answer.
+  auto Now = [] { return std::chrono::steady_clock::now(); };
+  auto Limit = std::chrono::milliseconds(TimeoutMs);
+  auto Deadline = Now() + Limit;
+  uint64_t Answers = 0; ///< What the targets have answered so far.
+  auto Answered = [&] {
+    uint64_t A = 0;
+    for (const Destination &Tg : Targets)
+      A += (Tg.Lost ? Tg.Final.Acknowledged
+                    : R.delivery(Tg.Conn).Acknowledged) +
+           Tg.Done;
+    return A;
   };
-  size_t Done = 0;
-  std::vector<std::string> Regions(Conns.size());
-  for (size_t K = 0; K < Conns.size(); ++K) {
-    ConnId Conn = Conns[K];
+  // One round of progress, blocking for a while when there is nothing to
+  // do; false once the targets have been silent for --timeout.
+  auto Pump = [&]() -> bool {
+    if (!R.progress()) {
+      auto Left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      Deadline - Now())
+                      .count();
+      if (Left > 0)
+        if (llvm::Error E = R.wait(int(std::min<int64_t>(Left, 1000))))
+          return toolError(Tool, toString(std::move(E))), false;
+    }
+    if (uint64_t A = Answered(); A != Answers) {
+      Answers = A;
+      Deadline = Now() + Limit;
+    }
+    return Now() < Deadline;
+  };
+  bool TimedOut = false;
+  for (Destination &Tg : Targets) {
+    auto Completed = [Tg = &Tg](llvm::Error E) {
+      if (E && Tg->Failure.empty())
+        Tg->Failure = toString(std::move(E));
+      else
+        consumeError(std::move(E));
+    };
     // Progress between sends, so that a long stream leaves as it is made
     // instead of queueing whole in memory first (a connection's frames wait
-    // in this process until the target has welcomed it).
-    if (!Local.empty())
-      for (uint64_t I = 0; I < N && !Closed; ++I) {
-        R.sendLocal(Conn, Local, Args, Completed);
-        if ((I & 63) == 63)
-          R.progress();
-      }
-    for (uint64_t I = 0; I < N * Messages.size() && !Closed; ++I) {
-      R.send(Conn, Messages[I % Messages.size()], Completed);
-      if ((I & 63) == 63)
-        R.progress();
+    // in this process until the target has welcomed it). A fence every
+    // FenceEvery messages acknowledges them as the stream goes, and no
+    // more than Window of them wait unacknowledged: a target that stops
+    // taking them (SIGSTOP) holds the stream there, not the memory of a
+    // queue without bound.
+    for (uint64_t I = 0; I < Total && !Tg.Lost && !TimedOut; ++I) {
+      if (!Local.empty())
+        R.sendLocal(Tg.Conn, Local, Args, Completed);
+      else
+        R.send(Tg.Conn, Messages[I % Messages.size()], Completed);
+      if ((I + 1) % FenceEvery == 0 && I + 1 < Total)
+        R.fence(Tg.Conn, [](llvm::Error E) { consumeError(std::move(E)); });
+      if ((I + 1) % Pace != 0)
+        continue;
+      R.progress();
+      while (!Tg.Lost && !TimedOut &&
+             I + 1 - R.delivery(Tg.Conn).Acknowledged > Window)
+        TimedOut = !Pump();
+      if (Now() >= Deadline && !Pump())
+        TimedOut = true;
     }
-
+    if (Tg.Lost || TimedOut)
+      continue;
+    // The last answer covers every message: the region read's, else a
+    // fence's.
     if (ReadBytes) {
-      R.readRegion(Conn, ReadBytes, [&, K](Expected<std::string> D) {
-        ++Done;
-        if (!D)
-          Failure = toString(D.takeError());
-        else
-          Regions[K] = std::move(*D);
+      R.readRegion(Tg.Conn, ReadBytes, [Tg = &Tg](Expected<std::string> D) {
+        Tg->Done = true;
+        if (!D) {
+          if (Tg->Failure.empty())
+            Tg->Failure = toString(D.takeError());
+          else
+            consumeError(D.takeError());
+        } else {
+          Tg->Region = std::move(*D);
+        }
       });
     } else {
-      R.fence(Conn, [&](llvm::Error E) {
-        ++Done;
-        if (E)
-          Failure = toString(std::move(E));
+      R.fence(Tg.Conn, [Tg = &Tg](llvm::Error E) {
+        Tg->Done = true;
+        if (E && Tg->Failure.empty())
+          Tg->Failure = toString(std::move(E));
+        else
+          consumeError(std::move(E));
       });
     }
   }
-
-  auto Deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(TimeoutMs);
-  while (Done < Conns.size() && !Closed) {
-    if (R.progress())
+  auto Waiting = [&] {
+    for (const Destination &Tg : Targets)
+      if (!Tg.Done && !Tg.Lost)
+        return true;
+    return false;
+  };
+  while (!TimedOut && Waiting())
+    TimedOut = !Pump();
+  for (Destination &Tg : Targets) {
+    if (Tg.Done || Tg.Lost)
       continue;
-    auto Left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    Deadline - std::chrono::steady_clock::now())
-                    .count();
-    if (Left <= 0)
-      return toolError(Tool, "timed out after " + Timeout + " ms waiting for " +
-                                 (To.empty() ? "ranks " + ToRank : To));
-    if (llvm::Error E = R.wait(int(std::min<int64_t>(Left, 1000))))
-      return toolError(Tool, toString(std::move(E)));
+    // The target stopped answering (stopped, hung, or its host is gone):
+    // its connection is dropped here, not flushed to it first.
+    Tg.Failure = "timed out after " + Timeout + " ms waiting for " + Tg.Name;
+    Tg.Final = R.delivery(Tg.Conn);
+    R.transport().abandon(Tg.Conn);
   }
   for (const RemoteError &E : Rejected)
     toolError(Tool, "target rejected message " + Twine(E.Seq) + " (" +
                         wireStatusName(E.Status) + "): " + E.Message);
-  if (!Failure.empty())
-    return toolError(Tool, Failure);
-  if (!Rejected.empty())
+  // One line per target that failed: why, and what the sender may take
+  // as done. Messages on a connection are processed in order, and an
+  // answered fence or read says every message before it was: those ran
+  // (or were rejected, as said above). Of the others nothing is known.
+  bool Failed = false;
+  for (Destination &Tg : Targets) {
+    if (Tg.Failure.empty())
+      continue;
+    Failed = true;
+    Delivery D = Tg.Lost || !Tg.Done ? Tg.Final : R.delivery(Tg.Conn);
+    toolError(Tool, Tg.Prefix + Tg.Failure + describeLoss(D, Total));
+  }
+  if (Failed || !Rejected.empty())
     return 1;
-  for (size_t K = 0; ReadBytes && K < Conns.size(); ++K)
-    outs() << (Conns.size() > 1 ? Names[K] + ": " : std::string())
-           << toHex(Regions[K], /*LowerCase=*/true) << "\n";
+  for (size_t K = 0; ReadBytes && K < Targets.size(); ++K)
+    outs() << (Targets.size() > 1 ? Targets[K].Name + ": " : std::string())
+           << toHex(Targets[K].Region, /*LowerCase=*/true) << "\n";
   outs().flush();
   if (Boot) {
     // The job's closing barrier: every tc-serve --pmix exits after it.

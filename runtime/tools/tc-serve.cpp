@@ -28,11 +28,15 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <memory>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -58,6 +62,11 @@ OPTIONS:
                        --exec sandbox: run native code from anyone who can
                        reach the address
   --region-size N      Bytes of target memory passed as target_args (4096)
+  --region-file FILE   The region is FILE, mapped shared (made or grown to
+                       --region-size bytes of zeros where it is shorter):
+                       what ifuncs write there outlives the process, a
+                       SIGKILL included, and a restarted target with the
+                       same FILE goes on from it
   --allow FILE         Only run archives whose hash (64 hex digits per line)
                        is listed in FILE
   --trust KEY.pub      Only run archives signed by this key (repeatable;
@@ -111,6 +120,60 @@ OPTIONS:
   -v                   One line per event
   --help, --version
 )";
+
+/// The target's region: aligned anonymous memory, or a file mapped shared
+/// (--region-file), whose pages the kernel keeps when the process dies.
+class RegionMemory {
+public:
+  static Expected<RegionMemory> zeroed(uint64_t Size) {
+    void *P = std::aligned_alloc(64, (Size + 63) / 64 * 64);
+    if (!P)
+      return createStringError("cannot allocate the region");
+    std::memset(P, 0, Size);
+    return RegionMemory(P, Size, false);
+  }
+  static Expected<RegionMemory> mapFile(const std::string &Path,
+                                        uint64_t Size) {
+    int Fd = ::open(Path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    auto Fail = [&](const char *What) {
+      std::string Msg = formatv("--region-file '{0}': {1}: {2}", Path, What,
+                                strerror(errno));
+      if (Fd >= 0)
+        ::close(Fd);
+      return createStringError(Msg);
+    };
+    if (Fd < 0)
+      return Fail("open");
+    struct stat St;
+    if (fstat(Fd, &St) != 0)
+      return Fail("fstat");
+    if (uint64_t(St.st_size) < Size && ftruncate(Fd, off_t(Size)) != 0)
+      return Fail("ftruncate");
+    void *P = mmap(nullptr, Size, PROT_READ | PROT_WRITE, MAP_SHARED, Fd, 0);
+    if (P == MAP_FAILED)
+      return Fail("mmap");
+    ::close(Fd);
+    return RegionMemory(P, Size, true);
+  }
+  RegionMemory(RegionMemory &&O)
+      : Base(std::exchange(O.Base, nullptr)), Size(O.Size), Mapped(O.Mapped) {
+  }
+  RegionMemory &operator=(RegionMemory &&) = delete;
+  ~RegionMemory() {
+    if (Base && Mapped)
+      munmap(Base, Size);
+    else
+      std::free(Base);
+  }
+  void *get() const { return Base; }
+
+private:
+  RegionMemory(void *Base, uint64_t Size, bool Mapped)
+      : Base(Base), Size(Size), Mapped(Mapped) {}
+  void *Base;
+  uint64_t Size;
+  bool Mapped;
+};
 
 static std::atomic<bool> Stop{false};
 /// Set by the watchdog before it stops the process over a runaway ifunc.
@@ -381,6 +444,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && StringRef(argv[1]) == GpuWorkerFlag)
     return gpuWorkerMain(argc, argv);
   const char *Tool = "tc-serve";
+  std::string RegionFile;
   std::string Listen, RegionSize = "4096", Allow, MaxLoaded = "0",
                       Exec = "auto", IfuncPath, V, OptError, Fuel, MaxRunMs;
   bool Verbose = false, Pmix = false, Prewarm = true, Untrusted = false,
@@ -420,6 +484,8 @@ int main(int argc, char **argv) {
       Untrusted = true;
     } else if (takeOption(argc, argv, I, "--listen", Listen, OptError) ||
                takeOption(argc, argv, I, "--region-size", RegionSize, OptError) ||
+               takeOption(argc, argv, I, "--region-file", RegionFile,
+                          OptError) ||
                takeOption(argc, argv, I, "--allow", Allow, OptError) ||
                takeOption(argc, argv, I, "--max-loaded", MaxLoaded, OptError) ||
                takeOption(argc, argv, I, "--exec", Exec, OptError) ||
@@ -528,14 +594,18 @@ int main(int argc, char **argv) {
                          : "--allow-untrusted-native to run it anyway"));
   }
 
-  // The region: zeroed, aligned for any type an ifunc may keep there.
-  std::unique_ptr<void, decltype(&std::free)> Region(
-      std::aligned_alloc(64, (Size + 63) / 64 * 64), &std::free);
+  // The region: zeroed, aligned for any type an ifunc may keep there; or
+  // a file's pages, which keep what was written when the process dies.
+  if (!RegionFile.empty() && Gpu)
+    return toolError(Tool, "--region-file is for a CPU target: a GPU "
+                           "target's region lives in device memory");
+  Expected<RegionMemory> Region = RegionFile.empty()
+                                      ? RegionMemory::zeroed(Size)
+                                      : RegionMemory::mapFile(RegionFile, Size);
   if (!Region)
-    return toolError(Tool, "cannot allocate the region");
-  std::memset(Region.get(), 0, Size);
-  Opts.TargetArgs = Region.get();
-  Opts.Region = Region.get();
+    return toolError(Tool, toString(Region.takeError()));
+  Opts.TargetArgs = Region->get();
+  Opts.Region = Region->get();
   Opts.RegionSize = Size;
   Opts.Sandbox.TargetArgsSize = Size;
   if (Prewarm)
@@ -612,6 +682,14 @@ int main(int argc, char **argv) {
   installFaultAttribution(Tool);
   SignalTarget = &R.transport();
   CounterSource = &R.counters();
+  // Whichever way main() ends, a signal then no longer reaches for them
+  // (the Runtime goes right after this).
+  struct Unhook {
+    ~Unhook() {
+      SignalTarget = nullptr;
+      CounterSource = nullptr;
+    }
+  } UnhookSignals;
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
   std::atomic<bool> QuitWatchdog{false};
@@ -688,7 +766,5 @@ int main(int argc, char **argv) {
         outs() << "tc-serve: " << L << "\n";
     outs().flush();
   }
-  SignalTarget = nullptr;
-  CounterSource = nullptr;
   return 0;
 }

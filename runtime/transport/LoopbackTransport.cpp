@@ -61,8 +61,7 @@ public:
         if (KV.second.Peer)
           KV.second.Peer->peerGone(KV.second.PeerId);
     }
-    for (auto &D : Completions)
-      D.Done(createStringError("transport destroyed"));
+    // Completions still pending are dropped unrun (Transport.h).
   }
 
   void setHandler(TransportHandler *H) override { Handler = H; }
@@ -152,7 +151,7 @@ public:
       if (C.Error.empty())
         C.Done(Error::success());
       else
-        C.Done(createStringError(C.Error));
+        C.Done(connectionError(C.Error));
     }
     for (ConnId C : Accepts) {
       Did = true;
@@ -174,7 +173,8 @@ public:
         if (!Conns.erase(C))
           continue; // Closed locally meanwhile: not ours to report.
       }
-      Handler->onDisconnect(C, "peer closed the connection");
+      Handler->onDisconnect(
+          C, formatv("loopback connection {0} closed by the peer", C).str());
     }
     return Did;
   }

@@ -9,7 +9,9 @@
 // Threading contract: a Transport is single-threaded, like a UCX worker
 // created with UCS_THREAD_MODE_SINGLE. Every method, and every handler
 // callback, runs on the thread that calls progress(); callbacks run only
-// from inside progress() (never from inside send() or connect()).
+// from inside progress() (never from inside send() or connect(), and never
+// from the destructor: a completion still pending when the transport is
+// destroyed is dropped without being called).
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +33,30 @@ namespace tc {
 
 /// A connection within one Transport; never reused after it is closed.
 using ConnId = uint64_t;
+
+/// The error of a frame that did not get through, and of everything still
+/// pending on a connection that failed, was closed or was abandoned: its
+/// message names the peer and what happened. Callers tell it apart from
+/// other failures (the C API reports it as TC_ERR_CONNECTION_RESET and
+/// logs the connection's loss once, not once per send).
+class ConnectionError : public llvm::ErrorInfo<ConnectionError> {
+public:
+  static char ID;
+  explicit ConnectionError(std::string Msg) : Msg(std::move(Msg)) {}
+  void log(llvm::raw_ostream &OS) const override;
+  std::error_code convertToErrorCode() const override {
+    return std::make_error_code(std::errc::connection_reset);
+  }
+  std::string message() const override { return Msg; }
+
+private:
+  std::string Msg;
+};
+
+/// A ConnectionError saying \p Msg.
+inline llvm::Error connectionError(const llvm::Twine &Msg) {
+  return llvm::make_error<ConnectionError>(Msg.str());
+}
 
 /// What a Transport reports. All calls come from Transport::progress().
 class TransportHandler {
@@ -55,8 +81,16 @@ public:
   virtual void onAccept(ConnId Conn) {}
   /// \p Conn failed or its peer went away (or closed it); it is unusable.
   /// Sends still pending on it complete with an error before this call.
+  /// \p Why names the peer and what happened; it ends with "closed by the
+  /// peer" when the peer closed the connection on purpose (closedByPeer()).
   virtual void onDisconnect(ConnId Conn, llvm::StringRef Why) = 0;
 };
+
+/// Whether an onDisconnect() reason says the peer closed the connection on
+/// purpose, rather than that the connection failed.
+inline bool closedByPeer(llvm::StringRef Why) {
+  return Why.ends_with("closed by the peer");
+}
 
 /// What a transport counts about how it sent and received (for tests and
 /// diagnostics; transports without the distinction report zeros).
@@ -130,9 +164,9 @@ public:
   /// the copies of large frames waiting on \p Conn pass a bound, send()
   /// first progresses the network until they are down to half of it
   /// (frames that arrive meanwhile are delivered by the next progress()).
-  /// \p Done (may be null) runs exactly once, from a later progress() call
-  /// (or from the destructor, with an error), with success when the frame
-  /// has left.
+  /// \p Done (may be null) runs at most once, from a later progress() call,
+  /// with success when the frame has left, or with a ConnectionError; a
+  /// transport destroyed before that drops it without calling it.
   virtual void send(ConnId Conn, llvm::StringRef Header, llvm::StringRef Body,
                     llvm::unique_function<void(llvm::Error)> Done) = 0;
 
@@ -218,8 +252,20 @@ public:
     sendWithRoom(Conn, Header, Body, std::move(Done));
   }
 
-  /// Closes \p Conn; pending sends complete with an error.
+  /// Closes \p Conn: what was sent on it still reaches the peer (UCX:
+  /// the endpoint is flushed, then closed; a peer that takes nothing for
+  /// a minute loses the rest, and the endpoint is closed by force).
   virtual void disconnect(ConnId Conn) = 0;
+
+  /// How messages name the peer of \p Conn ("HOST:PORT"; empty where the
+  /// transport has no name for it, or no such connection).
+  virtual std::string peerName(ConnId Conn) const { return std::string(); }
+
+  /// Closes \p Conn at once, without waiting for the peer (one that stopped
+  /// answering): what has not left is dropped and every send pending on it
+  /// completes with a ConnectionError from a later progress(). No
+  /// onDisconnect follows.
+  virtual void abandon(ConnId Conn) { disconnect(Conn); }
 
   /// Does pending work and runs callbacks. Returns true if anything
   /// happened (so a caller busy-polls while it returns true). A handler

@@ -98,6 +98,24 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
     ucp_config_release(Config);
     return ucxError("UCX MM_ERROR_HANDLING", S);
   }
+  // A listener sets SO_REUSEADDR (UCX 1.13 does not by default), so that a
+  // server killed with connections open can listen on its port again at
+  // once: without it, those connections' TIME_WAIT (up to 60 s) keeps
+  // the port. SO_REUSEADDR still refuses a port another socket listens
+  // on. The environment's UCX_TCP_CM_REUSEADDR (or UCX_CM_REUSEADDR) wins.
+  const char *EnvReuse = std::getenv("UCX_TCP_CM_REUSEADDR");
+  if (!EnvReuse)
+    EnvReuse = std::getenv("UCX_CM_REUSEADDR");
+  if (EnvReuse) {
+    StringRef V(EnvReuse);
+    T->ReuseAddr = V.starts_with_insensitive("y") || V == "1" ||
+                   V.equals_insensitive("on");
+  } else if ((S = ucp_config_modify(Config, "CM_REUSEADDR", "y")) !=
+             UCS_OK) {
+    // (The connection managers' name for it: TCP_ is their component's.)
+    ucp_config_release(Config);
+    return ucxError("UCX CM_REUSEADDR", S);
+  }
   ucp_params_t P{};
   P.field_mask = UCP_PARAM_FIELD_FEATURES;
   P.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
@@ -147,9 +165,16 @@ UcxTransport::create(const UcxTransportOptions &Opts) {
 }
 
 UcxTransport::~UcxTransport() {
+  // Nothing is called back from here: handlers see no frame, accept or
+  // disconnect (Destroying), and completions still pending are dropped
+  // unrun (Transport.h), since what they refer to may be gone already.
   Destroying = true;
   if (Listener)
     ucp_listener_destroy(Listener);
+  // The whole teardown is bounded: a peer that stopped answering (SIGSTOP,
+  // a hung host) costs at most this much, then its endpoints are closed by
+  // force.
+  auto Deadline = std::chrono::steady_clock::now() + DestroyLimit;
   // Rendezvous receives in flight keep their endpoints from closing (UCX
   // 1.13 asserts when it destroys an endpoint that still has one): let them
   // finish for a bounded time, then discard the endpoints of those that did
@@ -168,9 +193,8 @@ UcxTransport::~UcxTransport() {
     ClosingEps.erase(Ep);
     closeEp(Ep, /*Force=*/true);
   }
-  // Close every endpoint, flushing so peers hear about it; force what has
-  // not finished in a bounded time (the peer may be dead, and a flush to a
-  // dead peer lasts until UCX's keepalive gives up on it).
+  // Close every endpoint: flushed, so peers get what was sent and hear of
+  // the close, or by force where the flush does not end in time.
   std::vector<ucp_ep_h> Eps;
   // What waits for mailbox credit goes as AMs; then remote keys and
   // registered memory go, before their endpoints.
@@ -190,26 +214,27 @@ UcxTransport::~UcxTransport() {
   }
   for (ucp_ep_h Ep : Eps)
     closeEp(Ep, /*Force=*/false);
-  auto Deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (Worker && !Closing.empty() &&
-         std::chrono::steady_clock::now() < Deadline) {
+  while (Worker && !Closing.empty()) {
+    bool Late = std::chrono::steady_clock::now() >= Deadline;
     ucp_worker_progress(Worker);
-    reapClosing();
+    reapClosing(/*Expire=*/Late); // Late: every flush left is forced.
+    if (Late)
+      break;
   }
   if (Worker) {
-    // A close in flight cannot be forced any more; freeing its request lets
-    // ucp_worker_destroy() release the endpoint.
-    for (auto &R : Closing)
-      ucp_request_free(R.first);
+    // Closes still in flight (flushed endpoints whose peer does not answer
+    // the disconnect) cannot be forced any more; nothing is pending on
+    // them, so freeing the request lets ucp_worker_destroy() release the
+    // endpoint.
+    for (ClosingEp &E : Closing)
+      ucp_request_free(E.Req);
     Closing.clear();
+    // Forced closes finish discarding their lanes here.
     while (ucp_worker_progress(Worker))
       ;
   }
-  // Whatever UCX still holds is released by ucp_worker_destroy(); report
-  // the sends it never completed.
   for (SendOp *Op : Sending)
-    if (Op->Done)
-      Completions.emplace_back(std::move(Op->Done), "");
+    Op->Done = nullptr; // Dropped, not called (see above).
   if (Worker)
     ucp_worker_destroy(Worker); // May complete sends: onSendDone frees them.
   for (SendOp *Op : Sending)
@@ -217,9 +242,7 @@ UcxTransport::~UcxTransport() {
   // Receives UCX never completed (their peer died mid-rendezvous): nothing
   // writes into their buffers any more.
   Receiving.clear();
-  for (auto &D : Completions)
-    D.first(createStringError(D.second.empty() ? "transport destroyed"
-                                               : D.second));
+  Completions.clear();
   if (Context)
     ucp_cleanup(Context);
   if (WakeFd >= 0)
@@ -277,16 +300,18 @@ static Expected<sockaddr_storage> resolve(StringRef Host, uint16_t Port,
   return SS;
 }
 
-static socklen_t sockLen(const sockaddr_storage &SS) {
-  return SS.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-}
-
 Expected<uint16_t> UcxTransport::listen(StringRef Host, uint16_t Port) {
   if (Listener)
     return createStringError("already listening");
   Expected<sockaddr_storage> SS = resolve(Host, Port, /*Passive=*/true);
   if (!SS)
     return SS.takeError();
+  // What UCX would fail at, or not even notice, said first in tc's words.
+  std::string Where = formatv("{0}:{1}", Host, Port).str();
+  if (Error E = checkListenAddress(*SS, Where, ReuseAddr))
+    return std::move(E);
+  if (Error E = checkListenDevice(Context, *SS, Where))
+    return std::move(E);
   ucp_listener_params_t P{};
   P.field_mask =
       UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -295,8 +320,11 @@ Expected<uint16_t> UcxTransport::listen(StringRef Host, uint16_t Port) {
   P.conn_handler.cb = &UcxTransport::onConnRequest;
   P.conn_handler.arg = this;
   ucs_status_t S = ucp_listener_create(Worker, &P, &Listener);
+  if (S == UCS_ERR_BUSY) // Taken since the check.
+    return createStringError("cannot listen on %s: the address is in use",
+                             Where.c_str());
   if (S != UCS_OK)
-    return ucxError(formatv("cannot listen on {0}:{1}", Host, Port), S);
+    return ucxError("cannot listen on " + Where, S);
   ucp_listener_attr_t A{};
   A.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
   if ((S = ucp_listener_query(Listener, &A)) != UCS_OK)
@@ -342,9 +370,6 @@ Expected<ConnId> UcxTransport::connectAddress(StringRef Address) {
 }
 
 void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
-  ucp_request_param_t P{};
-  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  P.flags = Force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   // Unmap first: a forced close completes sends at once, and their
   // connection must already read as closed.
   auto It = ByEp.find(Ep);
@@ -356,11 +381,57 @@ void UcxTransport::closeEp(ucp_ep_h Ep, bool Force) {
     }
     ByEp.erase(It);
   }
+  ClosingEps.insert(Ep);
+  if (Force)
+    return startClose(Ep, /*Force=*/true);
+  ucp_request_param_t P{};
+  ucs_status_ptr_t R = ucp_ep_flush_nbx(Ep, &P);
+  if (R == nullptr)
+    return startClose(Ep, /*Force=*/false);
+  if (UCS_PTR_IS_ERR(R))
+    return startClose(Ep, /*Force=*/true);
+  Closing.push_back(ClosingEp{Ep, R, /*Flushing=*/true,
+                              std::chrono::steady_clock::now() +
+                                  CloseFlushLimit});
+  Chores = true;
+}
+
+void UcxTransport::startClose(ucp_ep_h Ep, bool Force) {
+  ucp_request_param_t P{};
+  P.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  P.flags = Force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ucs_status_ptr_t R = ucp_ep_close_nbx(Ep, &P);
   if (R && !UCS_PTR_IS_ERR(R)) {
-    Closing.emplace_back(R, Ep);
+    Closing.push_back(ClosingEp{Ep, R, /*Flushing=*/false, {}});
     Chores = true;
-    ClosingEps.insert(Ep);
+  } else {
+    ClosingEps.erase(Ep);
+  }
+}
+
+void UcxTransport::reapClosing(bool Expire) {
+  auto Now = std::chrono::steady_clock::now();
+  // Taken out: a flushed endpoint's close joins the list meanwhile.
+  std::vector<ClosingEp> Todo;
+  Todo.swap(Closing);
+  for (ClosingEp &E : Todo) {
+    ucs_status_t S = ucp_request_check_status(E.Req);
+    if (S == UCS_INPROGRESS) {
+      if (!E.Flushing || (!Expire && Now < E.Deadline)) {
+        Closing.push_back(E);
+        continue;
+      }
+      // The peer has not taken what was sent: give up on it. The forced
+      // close ends the flush too (cancelled); UCX frees it then.
+      ucp_request_free(E.Req);
+      startClose(E.Ep, /*Force=*/true);
+      continue;
+    }
+    ucp_request_free(E.Req);
+    if (E.Flushing)
+      startClose(E.Ep, /*Force=*/S != UCS_OK);
+    else
+      ClosingEps.erase(E.Ep);
   }
 }
 
@@ -393,6 +464,33 @@ void UcxTransport::disconnect(ConnId C) {
   });
 }
 
+void UcxTransport::abandon(ConnId C) {
+  auto It = Conns.find(C);
+  if (It == Conns.end())
+    return;
+  Conn &Co = It->second;
+  // What never reached UCX fails here; what UCX holds, the forced close
+  // cancels (onSendDone reports it).
+  std::string Why = formatv("connection to {0} abandoned", Co.Peer).str();
+  for (Outgoing &O : Co.Backlog)
+    for (auto &D : O.Done)
+      complete(std::move(D), Why);
+  for (Conn::Waiting &W : Co.Pending)
+    complete(std::move(W.Done), Why);
+  if (ucp_ep_h Ep = Co.Ep) {
+    if (Co.Owned) {
+      CloseWhenReceived.erase(Ep);
+      closeEp(Ep, /*Force=*/true);
+    } else {
+      ByEp.erase(Ep);
+    }
+  }
+  eraseConn(It);
+  llvm::erase_if(Lost, [&](const std::pair<ConnId, std::string> &L) {
+    return L.first == C;
+  });
+}
+
 void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
   // A disconnected endpoint waiting for its receives: they will not come.
   if (CloseWhenReceived.erase(Ep)) {
@@ -412,7 +510,7 @@ void UcxTransport::lost(ucp_ep_h Ep, ucs_status_t S) {
   // sends still pending (with UCS_ERR_CANCELED) before it returns.
   closeEp(Ep, /*Force=*/true);
   Chores = true;
-  Lost.emplace_back(C, Closed ? closedByPeer(Peer)
+  Lost.emplace_back(C, Closed ? closedWords(Peer)
                               : formatv("connection to {0} lost: {1}", Peer,
                                         ucs_status_string(S))
                                     .str());
@@ -528,7 +626,7 @@ void UcxTransport::report() {
       if (D.second.empty())
         D.first(Error::success());
       else
-        D.first(createStringError(D.second));
+        D.first(connectionError(D.second));
     }
     if (!Lost.empty()) {
       auto L = std::move(Lost.front());
@@ -553,7 +651,7 @@ void UcxTransport::report() {
           Late.push_back(std::move(W.Done));
       eraseConn(It);
       for (auto &Done : Late)
-        Done(createStringError(L.second));
+        Done(connectionError(L.second));
       Handler->onDisconnect(L.first, L.second);
     }
   }

@@ -9,6 +9,7 @@
 //   UcxTransportReceive.cpp  the active-message receive path, the welcome
 //   UcxTransportLarge.cpp    large (rendezvous) frames, in-order delivery
 //   UcxTransportMailbox.cpp  the mailbox lane and its control messages
+//   UcxTransportListen.cpp   checks before a listener is opened
 //
 // One ucp_context (AM + WAKEUP) and one single-threaded ucp_worker per
 // transport. A frame is one active message with id TcAmId: the frame header
@@ -61,6 +62,9 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <ucp/api/ucp.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -153,6 +157,23 @@ constexpr unsigned MaxLargeInFlight = 8;
 constexpr unsigned MaxLargeWaiting = 8;
 
 class UcxTransport;
+
+/// The length of the socket address in \p SS.
+inline socklen_t sockLen(const sockaddr_storage &SS) {
+  return SS.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+/// Whether a listener on \p SS can be opened (UcxTransportListen.cpp): a
+/// bind as UCX will do it (with SO_REUSEADDR if \p ReuseAddr), and an error
+/// that names the cause where it fails (in use, and by what; permission;
+/// an address this host does not have). \p Where names the address.
+Error checkListenAddress(const sockaddr_storage &SS, StringRef Where,
+                         bool ReuseAddr);
+/// Whether UCX in \p Context has a transport on the network interface(s)
+/// connections to \p SS arrive on; UCX drops every connection request
+/// that arrives elsewhere, so a listener there could accept no one.
+Error checkListenDevice(ucp_context_h Context, const sockaddr_storage &SS,
+                        StringRef Where);
 
 /// A large body kept by reference (Transport::sendShared) instead of in a
 /// copy: the bytes, and what keeps them alive.
@@ -317,6 +338,11 @@ public:
                   const std::shared_ptr<const void> &Owner,
                   unique_function<void(Error)> Done) override;
   void disconnect(ConnId C) override;
+  void abandon(ConnId C) override;
+  std::string peerName(ConnId C) const override {
+    auto It = Conns.find(C);
+    return It == Conns.end() ? std::string() : It->second.Peer;
+  }
   bool progress() override;
   Error wait(int TimeoutMs) override;
   bool canWaitHere() const override { return !InUcx; }
@@ -657,8 +683,14 @@ private:
   void onAreaDrop(Conn &Co, StringRef Data);
   /// A sender declines the ring we offered: it goes.
   void onRingDrop(Conn &Co, StringRef Data);
+  /// What a send on \p Co says when it finds the connection closed under
+  /// it (its error handler ran inside UCX's send call).
+  static std::string lostWords(const Conn &Co) {
+    return formatv("send to {0} failed: the connection was lost", Co.Peer)
+        .str();
+  }
   /// How a connection to \p Peer that said goodbye is reported.
-  static std::string closedByPeer(StringRef Peer) {
+  static std::string closedWords(StringRef Peer) {
     return formatv("connection to {0} closed by the peer", Peer).str();
   }
   /// Frees \p Co's rings (a ring a delivery still reads is kept until it
@@ -689,16 +721,14 @@ private:
     Completions.emplace_back(std::move(Done), Err.str());
     Chores = true;
   }
-  /// Frees the endpoint-close requests that have finished.
-  LLVM_ATTRIBUTE_NOINLINE void reapClosing() {
-    llvm::erase_if(Closing, [&](const std::pair<void *, ucp_ep_h> &R) {
-      if (ucp_request_check_status(R.first) == UCS_INPROGRESS)
-        return false;
-      ClosingEps.erase(R.second);
-      ucp_request_free(R.first);
-      return true;
-    });
-  }
+  /// Moves the endpoints in Closing on: a finished flush becomes a close
+  /// (or, failed, a forced one), a finished close is freed, and a flush
+  /// still under way past its deadline, or any with \p Expire, is given up:
+  /// the endpoint is closed by force.
+  LLVM_ATTRIBUTE_NOINLINE void reapClosing(bool Expire = false);
+  /// ucp_ep_close_nbx() of \p Ep, flushed already (or, with \p Force, not:
+  /// UCX then cancels what it holds for it); tracked in Closing until done.
+  void startClose(ucp_ep_h Ep, bool Force);
 
   static void onConnRequest(ucp_conn_request_h Req, void *Arg);
   static void onEpError(void *Arg, ucp_ep_h Ep, ucs_status_t S);
@@ -753,6 +783,9 @@ private:
   ucp_context_h Context = nullptr;
   ucp_worker_h Worker = nullptr;
   ucp_listener_h Listener = nullptr;
+  /// Listeners set SO_REUSEADDR (UCX_TCP_CM_REUSEADDR, y unless the
+  /// environment says otherwise).
+  bool ReuseAddr = true;
   int WakeFd = -1;
   TransportHandler *Handler = nullptr;
   /// Declared before Conns: arrivals give their buffers back to it.
@@ -778,9 +811,31 @@ private:
   std::deque<std::pair<unique_function<void(Error)>, std::string>>
       Completions;
   std::deque<std::pair<ConnId, std::string>> Lost;
-  /// Endpoint close requests in flight, and their endpoints: a frame that
-  /// arrives on a closing endpoint belongs to no connection and is dropped.
-  std::vector<std::pair<void *, ucp_ep_h>> Closing;
+  /// An endpoint being closed (closeEp()): flushed first, so that what was
+  /// sent on it reaches the peer, then closed. A flush not done by its
+  /// Deadline (a peer that stopped answering: SIGSTOP, a hung host, whose
+  /// kernel still acknowledges TCP) is given up and the endpoint closed by
+  /// force, which cancels what UCX still holds for it. A plain
+  /// ucp_ep_close_nbx() flushes too, but UCX 1.13 cannot force a close
+  /// already under way ("has already been closed"), and
+  /// ucp_worker_destroy() of an endpoint with requests still pending
+  /// reports a bug and aborts the process.
+  struct ClosingEp {
+    ucp_ep_h Ep = nullptr;
+    void *Req = nullptr; ///< The flush (Flushing) or the close in flight.
+    bool Flushing = false;
+    std::chrono::steady_clock::time_point Deadline;
+  };
+  /// How long an endpoint's flush may take before it is closed by force
+  /// (the destructor allows less: DestroyLimit in all).
+  static constexpr std::chrono::seconds CloseFlushLimit{60};
+  /// How long the destructor waits for its peers in all (rendezvous
+  /// receives, then flushes) before it closes the rest by force.
+  static constexpr std::chrono::seconds DestroyLimit{2};
+  /// Endpoint flushes and closes in flight, and their endpoints: a frame
+  /// that arrives on a closing endpoint belongs to no connection and is
+  /// dropped.
+  std::vector<ClosingEp> Closing;
   DenseSet<ucp_ep_h> ClosingEps;
   /// Connections whose backlog may be non-empty.
   SmallVector<ConnId, 4> Backlogged;
@@ -878,6 +933,10 @@ inline void UcxTransport::post(Conn &Co, ConnId C, unsigned AmId,
   // full FIFO; the request path then takes copies.
   size_t Bytes = Header.size() + Body.size();
   bool Refused = false;
+  if (LLVM_UNLIKELY(!Co.Ep)) { // Closed by a send just before (see submit).
+    complete(std::move(Done), lostWords(Co));
+    return;
+  }
   if (!Reply && !Co.Held && Body.size() <= ImmediateMax &&
       tryImmediate(Co, Bytes)) {
     // UCX reads only the fields op_attr_mask names: no need to clear the

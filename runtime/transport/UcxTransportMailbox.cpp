@@ -525,7 +525,7 @@ void UcxTransport::endClosedPeers() {
       closeEp(Co->Ep, /*Force=*/true);
     else
       ByEp.erase(Co->Ep);
-    Lost.emplace_back(C, closedByPeer(Co->Peer));
+    Lost.emplace_back(C, closedWords(Co->Peer));
   }
 }
 

@@ -114,6 +114,13 @@ void UcxTransport::sendFrameNow(ConnId C, Conn *Co, StringRef Header,
     complete(std::move(Done), "");
     return;
   }
+  // A send that found the connection broken may have run the endpoint's
+  // error handler, there and then (UCX 1.13 does, from inside
+  // ucp_am_send_nbx), which closed it: the send fails with it.
+  if (LLVM_UNLIKELY(!Co->Ep)) {
+    complete(std::move(Done), lostWords(*Co));
+    return;
+  }
   if (Room) {
     // The token goes into the caller's room, right before the header.
     static_assert(TokenSize == HeaderRoom, "the token fills the room");
@@ -321,7 +328,7 @@ void UcxTransport::flushBacklog(Conn &Co, ConnId C, bool All) {
       Done = [Ds = std::move(O.Done)](Error E) mutable {
         std::string Why = E ? toString(std::move(E)) : std::string();
         for (auto &D : Ds)
-          D(Why.empty() ? Error::success() : createStringError(Why));
+          D(Why.empty() ? Error::success() : connectionError(Why));
       };
     // The request path, without an immediate attempt first (a batch is
     // mostly past UCX's short-message size, and a backlog after a full FIFO
@@ -390,6 +397,11 @@ void UcxTransport::dropOp(SendOp *Op) {
 bool UcxTransport::submit(Conn &Co, SendOp *Op, unsigned AmId,
                           uint32_t Flags,
                           const std::shared_ptr<const void> *Owner) {
+  if (LLVM_UNLIKELY(!Co.Ep)) { // Closed by a send before this one (post()).
+    complete(std::move(Op->Done), lostWords(Co));
+    dropOp(Op);
+    return false;
+  }
   ucp_request_param_t P;
   P.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                    UCP_OP_ATTR_FIELD_FLAGS;

@@ -21,7 +21,7 @@ tool_dirs = [config.tc_tools_dir, config.llvm_tools_dir]
 tools = ["tc-ar", "tc-cc", "tc-serve", "tc-send", "tc-bench", "tc-gbpc", "tc-mpi-chase", "tc-mpi-rma", "tc-mpi-tsi", "tc-kv", "tc-mpi-kv", "llvm-as", "llvm-dis", "llvm-bcanalyzer", "llvm-objdump", "llc", "opt",
          "clang", "split-file"]
 if config.tc_enable_fuzzers:
-    tools += ["tc-archive-fuzzer", "tc-frame-fuzzer"]
+    tools += ["tc-archive-fuzzer", "tc-frame-fuzzer", "tc-sender-fuzzer"]
     config.available_features.add("fuzzer")
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
@@ -127,6 +127,18 @@ def _netns_works():
 
 if _netns_works():
     config.available_features.add("root-netns")
+
+# "unshare-net": `unshare -n` runs a command in a network namespace of its
+# own, whose one interface (lo) is down (test/lit/failure).
+def _unshare_works():
+    try:
+        return subprocess.run(["unshare", "-n", "true"], capture_output=True,
+                              timeout=10).returncode == 0
+    except Exception:
+        return False
+
+if _unshare_works():
+    config.available_features.add("unshare-net")
 
 # "cpus-2": this process may run on two CPUs or more, so tc-bench can give a
 # busy-polling client and server one each (bench-dapc-placement tests).

@@ -2,15 +2,7 @@
 #ifndef TC_TEST_IFUNCIR_H
 #define TC_TEST_IFUNCIR_H
 
-#include "tc/Archive.h"
-
-#include "llvm/AsmParser/Parser.h"
-#include "llvm/Bitcode/BitcodeWriter.h"
-#include "llvm/IR/LLVMContext.h"
-#include "llvm/IR/Module.h"
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/raw_ostream.h"
-#include "llvm/TargetParser/Host.h"
+#include "IfuncBitcode.h"
 
 #include "gtest/gtest.h"
 
@@ -18,38 +10,15 @@
 
 namespace tc::test {
 
-/// Assembles \p IR for this host into a member of role \p R.
+/// Assembles \p IR for this host into a member of role \p R (a failure is
+/// the test's).
 inline Member hostMember(const std::string &IR, Role R = Role::Target) {
-  llvm::LLVMContext Ctx;
-  llvm::SMDiagnostic Diag;
-  std::string Text = "target triple = \"" + llvm::sys::getProcessTriple() +
-                     "\"\n" + IR;
-  std::unique_ptr<llvm::Module> M = llvm::parseAssemblyString(Text, Diag, Ctx);
+  llvm::Expected<Member> M = assembleMember(IR, R);
   if (!M) {
-    ADD_FAILURE() << Diag.getMessage().str();
+    ADD_FAILURE() << llvm::toString(M.takeError());
     return Member();
   }
-  Member Mem;
-  Mem.TheRole = R;
-  Mem.Triple = llvm::Triple::normalize(llvm::sys::getProcessTriple());
-  llvm::raw_string_ostream OS(Mem.Image);
-  llvm::WriteBitcodeToFile(*M, OS);
-  OS.flush();
-  auto Syms = externalSymbols(ImageKind::Bitcode, Mem.Image);
-  EXPECT_TRUE(!!Syms);
-  if (Syms)
-    Mem.Symbols = *Syms;
-  return Mem;
-}
-
-/// payload_bound/payload_init that copy the source args into the payload.
-inline std::string copyingSourceIR(const std::string &Name) {
-  return "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)\n"
-         "define i64 @" + Name + "_payload_bound(ptr %a, i64 %n) {\n"
-         "  ret i64 %n\n}\n"
-         "define i32 @" + Name + "_payload_init(ptr %a, i64 %n, ptr %p, ptr %s) {\n"
-         "  call void @llvm.memcpy.p0.p0.i64(ptr %p, ptr %a, i64 %n, i1 false)\n"
-         "  store i64 %n, ptr %s\n  ret i32 0\n}\n";
+  return std::move(*M);
 }
 
 /// An archive for this host: a target member from \p TargetIR and a source
@@ -57,23 +26,13 @@ inline std::string copyingSourceIR(const std::string &Name) {
 inline std::string ifuncArchive(const std::string &Name,
                                 const std::string &TargetIR,
                                 std::vector<std::string> Deps = {}) {
-  Archive A;
-  A.Name = Name;
-  A.Deps = std::move(Deps);
-  A.Members.push_back(hostMember(TargetIR));
-  A.Members.push_back(hostMember(copyingSourceIR(Name), Role::Source));
-  auto Bytes = writeArchive(A);
-  EXPECT_TRUE(!!Bytes);
-  return Bytes ? Bytes->str().str() : std::string();
-}
-
-/// NAME_main adding the payload's first 8 bytes (or \p Step) to *target_args.
-inline std::string adderIR(const std::string &Name, int Step = 0) {
-  std::string Add = Step ? "  %d = add i64 %v, " + std::to_string(Step) + "\n"
-                         : "  %x = load i64, ptr %p\n  %d = add i64 %v, %x\n";
-  return "define void @" + Name + "_main(ptr %p, i64 %n, ptr %t) {\n"
-         "  %v = load i64, ptr %t\n" + Add +
-         "  store i64 %d, ptr %t\n  ret void\n}\n";
+  llvm::Expected<std::string> Bytes =
+      assembleArchive(Name, TargetIR, std::move(Deps));
+  if (!Bytes) {
+    ADD_FAILURE() << llvm::toString(Bytes.takeError());
+    return std::string();
+  }
+  return std::move(*Bytes);
 }
 
 } // namespace tc::test
