@@ -22,9 +22,11 @@
 #include "dapc_table.h"
 
 #include <algorithm>
+#include <arpa/inet.h>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <ifaddrs.h>
 #include <regex>
 #include <sched.h>
 #include <sstream>
@@ -40,7 +42,7 @@ struct Host {
   std::string Gbpc;        ///< a tc-gbpc serve already at HOST:PORT
 };
 
-std::vector<Host> readHosts(const std::string &Path) {
+std::vector<Host> readHosts(const std::string &Path, std::string &Client) {
   std::ifstream In(Path);
   if (!In)
     die("cannot read hosts file '" + Path + "'");
@@ -59,6 +61,7 @@ std::vector<Host> readHosts(const std::string &Path) {
     if (Kind == "client") {
       if (A.empty())
         die(Where + "'client' needs an address");
+      Client = A;
     } else if (Kind == "netns") {
       if (A.empty() || B.empty())
         die(Where + "expected 'netns NAME ADDR'");
@@ -92,6 +95,53 @@ Child parseAddress(const std::string &HostPort, const std::string &Name) {
   C.Name = Name;
   return C;
 }
+
+/// While it lives, UCX_NET_DEVICES names the device that holds the hosts
+/// file's client address (when the environment sets none): what this
+/// process and the root-namespace children it starts meanwhile (tc-gbpc's
+/// client) may use. UCX 1.13 counts every TCP device as reaching every
+/// address, so a client on a host with other bridges (another test's
+/// namespaces) or NICs may wire its lanes up over one that does not reach
+/// the servers; their connection is then reset. Servers started before
+/// and the MPI ranks after choose their devices themselves.
+class ClientDevice {
+public:
+  explicit ClientDevice(const std::string &Addr) {
+    if (Addr.empty() || std::getenv("UCX_NET_DEVICES"))
+      return;
+    ifaddrs *List = nullptr;
+    if (getifaddrs(&List) != 0)
+      return;
+    for (ifaddrs *I = List; I && Name.empty(); I = I->ifa_next) {
+      if (!I->ifa_addr)
+        continue;
+      char Buf[INET6_ADDRSTRLEN] = "";
+      const void *A = nullptr;
+      if (I->ifa_addr->sa_family == AF_INET)
+        A = &reinterpret_cast<sockaddr_in *>(I->ifa_addr)->sin_addr;
+      else if (I->ifa_addr->sa_family == AF_INET6)
+        A = &reinterpret_cast<sockaddr_in6 *>(I->ifa_addr)->sin6_addr;
+      if (A && inet_ntop(I->ifa_addr->sa_family, A, Buf, sizeof Buf) &&
+          Addr == Buf)
+        Name = I->ifa_name;
+    }
+    freeifaddrs(List);
+    if (Name.empty())
+      die("the hosts file's client address " + Addr +
+          " is on no device of this host");
+    setenv("UCX_NET_DEVICES", Name.c_str(), 1);
+    note("dapc: the client uses device " + Name + " (" + Addr + ")");
+  }
+  ~ClientDevice() {
+    if (!Name.empty())
+      unsetenv("UCX_NET_DEVICES");
+  }
+  ClientDevice(const ClientDevice &) = delete;
+  ClientDevice &operator=(const ClientDevice &) = delete;
+
+private:
+  std::string Name;
+};
 
 struct Params {
   std::vector<uint64_t> Servers, Depths;
@@ -312,7 +362,9 @@ OPTIONS:
                    tc-bench inside that network namespace, see
                    scripts/netns.sh), 'server HOST:PORT' (a running
                    tc-bench serve), 'gbpc HOST:PORT' (a running tc-gbpc
-                   serve), 'client ADDR'
+                   serve), 'client ADDR' (this host's address toward
+                   the servers: unless UCX_NET_DEVICES is set, the client
+                   uses only the device that holds it)
   --pmix           No hosts file: this is rank 0 of an mpirun / srun job
                    whose other ranks run `tc-bench serve --pmix`; they are
                    the servers (--servers: one count, default all of
@@ -363,8 +415,9 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
       die("chase depths must be at least 1");
 
   std::vector<Host> Hosts;
+  std::string ClientAddr;
   if (!O.HostsFile.empty())
-    Hosts = readHosts(O.HostsFile);
+    Hosts = readHosts(O.HostsFile, ClientAddr);
   if (P.Pmix) {
     if (!Hosts.empty())
       die("--pmix and --hosts exclude each other");
@@ -488,6 +541,8 @@ int runDapc(const CommonOptions &O, const std::vector<std::string> &Args) {
     }
     if (Gbpc && Gb.size() != S)
       die("the hosts file has no 'gbpc HOST:PORT' line for every server");
+    // The servers are up: what starts from here runs in this namespace.
+    ClientDevice Device(ClientAddr);
 
     ClientWorker Own;
     ClientWorker &C = P.Pmix ? PmixClient : Own;
