@@ -504,6 +504,18 @@ int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
   static const std::regex Split("lowered in ([0-9.]+) ms, loaded by the "
                                 "driver in ([0-9.]+) ms");
 
+  // The reference first: its server is forked (runPair), and this
+  // process is single-threaded only until its tc client exists (a fork of
+  // a process with threads may inherit a lock one of them held; TSan stops
+  // a child that starts threads after one).
+  note("tsi --gpu: cuda_raw (UCX active message + cuLaunchKernel)");
+  RawArgs A;
+  A.G = G;
+  A.Archive = Gtsi;
+  std::string Err = runPair(serveRaw, &A, driveRaw, &A);
+  if (!Err.empty())
+    die("cuda_raw: " + Err);
+
   // First contact, then steady state, on a target with an empty cache.
   note("tsi --gpu: tc-serve --gpu " + std::to_string(G.Device) +
        ", first contact and steady state");
@@ -581,14 +593,6 @@ int runTsiGpu(const CommonOptions &O, const GpuOptions &G) {
   std::string Rm = "rm -rf '" + Cache + "'";
   if (std::system(Rm.c_str()) != 0)
     note("could not remove " + Cache);
-
-  note("tsi --gpu: cuda_raw (UCX active message + cuLaunchKernel)");
-  RawArgs A;
-  A.G = G;
-  A.Archive = Gtsi;
-  std::string Err = runPair(serveRaw, &A, driveRaw, &A);
-  if (!Err.empty())
-    die("cuda_raw: " + Err);
 
   double P50 = percentile(Rtt, 50), P99 = percentile(Rtt, 99);
   double RP50 = percentile(A.Rtt, 50), RP99 = percentile(A.Rtt, 99);
@@ -679,6 +683,13 @@ int runSssGpu(const CommonOptions &O, const GpuOptions &G) {
     die("--region-mib must be a power of two");
   // Word 0: the sums; words 8..: the table gfill writes.
   uint64_t RegionBytes = (G.RegionMiB << 20) + 64;
+  // The reference first, while this process has no threads (see tsi).
+  note("sss --gpu: cuMemcpyDtoD of " + std::to_string(G.RegionMiB) + " MiB");
+  CopyArgs A;
+  A.G = G;
+  std::string Err = runPair(serveCopy, &A, driveCopy, &A);
+  if (!Err.empty())
+    die("cuda_memcpy_dtod: " + Err);
   note("sss --gpu: gsss over " + std::to_string(G.RegionMiB) +
        " MiB of device memory");
   Child S = startGpuServer(G, {"--region-size", std::to_string(RegionBytes)},
@@ -724,12 +735,6 @@ int runSssGpu(const CommonOptions &O, const GpuOptions &G) {
   tc_msg_free(SM);
   stopServer(S);
 
-  note("sss --gpu: cuMemcpyDtoD of the same size");
-  CopyArgs A;
-  A.G = G;
-  std::string Err = runPair(serveCopy, &A, driveCopy, &A);
-  if (!Err.empty())
-    die("cuda_memcpy_dtod: " + Err);
   add("sss", "gpu", "bandwidth", GBps, "GB/s");
   add("sss", "cuda_memcpy_dtod", "bandwidth_read_write", A.GBps, "GB/s");
   add("sss", "gpu/dtod", "bandwidth_ratio", GBps / A.GBps, "x");
