@@ -1836,11 +1836,14 @@ TEST(CApi, AKilledTargetCostsItsUnacknowledgedMessagesAndARestartRunsNoneTwice) 
 }
 
 TEST(CApi, ATargetThatEndsClosesTheConnectionWithOneLine) {
-  // The target ends on purpose (SIGTERM) with 1,000 messages and a flush
-  // of ours waiting in its socket (it was stopped; the signal comes before
-  // it runs again, so it runs none of them): it closes the connection,
-  // the flush fails with TC_ERR_CONNECTION_RESET, and one line says that
-  // the target closed it and what that cost.
+  // The target ends on purpose (SIGTERM) with 1,000 messages and two
+  // fences of ours (the flush that timed out, and the next) waiting in its
+  // socket (it was stopped): it closes the connection, the flush fails with
+  // TC_ERR_CONNECTION_RESET, and one line says that the target closed it
+  // and what that cost. Whether it reads what waits before it sees the
+  // signal is timing: either it ran none of the 1,000 (the line says they
+  // may have run or not), or it ran them and answered the first fence
+  // before it closed (nothing was lost: the line says only who closed).
   TempFile Region;
   Serve T(0, Region.Path);
   ASSERT_NE(T.Port, 0) << T.First;
@@ -1860,12 +1863,19 @@ TEST(CApi, ATargetThatEndsClosesTheConnectionWithOneLine) {
     EXPECT_EQ(tc_ep_flush(Ep, 10000), TC_ERR_CONNECTION_RESET);
   });
   ASSERT_EQ(Log.size(), 2u) << llvm::join(Log, "\n");
-  EXPECT_EQ(Log[1], "tc: error: connection to 127.0.0.1:" +
-                        std::to_string(T.Port) +
-                        " closed by the peer: 1000 of 2000 messages were not "
-                        "acknowledged (the first 1000 ran; 1000 may have run "
-                        "or not)");
-  EXPECT_EQ(regionCount(Region.Path), 1000u);
+  std::string Closed = "tc: error: connection to 127.0.0.1:" +
+                       std::to_string(T.Port) + " closed by the peer";
+  uint64_t Ran = regionCount(Region.Path);
+  if (Log[1] == Closed) {
+    EXPECT_EQ(Ran, 2000u); // Every message was acknowledged.
+  } else {
+    EXPECT_EQ(Log[1], Closed + ": 1000 of 2000 messages were not "
+                               "acknowledged (the first 1000 ran; 1000 may "
+                               "have run or not)");
+    // The rule: what was acknowledged ran; of the rest, any may have.
+    EXPECT_GE(Ran, 1000u);
+    EXPECT_LE(Ran, 2000u);
+  }
   tc_ep_destroy(Ep);
 }
 
