@@ -335,49 +335,50 @@ void *allocate(size_t N) {
   return P == MAP_FAILED ? nullptr : P;
 }
 
+/// The driver's name and text of each status the model returns.
+struct ErrorText {
+  CUresult Code;
+  const char *Name, *Text;
+};
+const ErrorText ErrorTexts[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {600, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {715, "CUDA_ERROR_ILLEGAL_INSTRUCTION",
+     "an illegal instruction was encountered"},
+    {801, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+};
+const ErrorText *errorText(CUresult R) {
+  for (const ErrorText &E : ErrorTexts)
+    if (E.Code == R)
+      return &E;
+  return nullptr;
+}
+
 } // namespace
 
 extern "C" {
 
 CUresult cuGetErrorName(CUresult R, const char **S) {
-  switch (R) {
-  case 0: *S = "CUDA_SUCCESS"; return 0;
-  case 1: *S = "CUDA_ERROR_INVALID_VALUE"; return 0;
-  case 2: *S = "CUDA_ERROR_OUT_OF_MEMORY"; return 0;
-  case 3: *S = "CUDA_ERROR_NOT_INITIALIZED"; return 0;
-  case 100: *S = "CUDA_ERROR_NO_DEVICE"; return 0;
-  case 101: *S = "CUDA_ERROR_INVALID_DEVICE"; return 0;
-  case 200: *S = "CUDA_ERROR_INVALID_IMAGE"; return 0;
-  case 201: *S = "CUDA_ERROR_INVALID_CONTEXT"; return 0;
-  case 218: *S = "CUDA_ERROR_INVALID_PTX"; return 0;
-  case 400: *S = "CUDA_ERROR_INVALID_HANDLE"; return 0;
-  case 500: *S = "CUDA_ERROR_NOT_FOUND"; return 0;
-  case 600: *S = "CUDA_ERROR_NOT_READY"; return 0;
-  case 700: *S = "CUDA_ERROR_ILLEGAL_ADDRESS"; return 0;
-  case 715: *S = "CUDA_ERROR_ILLEGAL_INSTRUCTION"; return 0;
-  case 801: *S = "CUDA_ERROR_NOT_SUPPORTED"; return 0;
-  default: *S = nullptr; return 1;
-  }
+  const ErrorText *E = errorText(R);
+  *S = E ? E->Name : nullptr;
+  return E ? 0 : 1;
 }
 CUresult cuGetErrorString(CUresult R, const char **S) {
-  switch (R) {
-  case 0: *S = "no error"; return 0;
-  case 1: *S = "invalid argument"; return 0;
-  case 2: *S = "out of memory"; return 0;
-  case 3: *S = "initialization error"; return 0;
-  case 100: *S = "no CUDA-capable device is detected"; return 0;
-  case 101: *S = "invalid device ordinal"; return 0;
-  case 200: *S = "device kernel image is invalid"; return 0;
-  case 201: *S = "invalid device context"; return 0;
-  case 218: *S = "a PTX JIT compilation failed"; return 0;
-  case 400: *S = "invalid resource handle"; return 0;
-  case 500: *S = "named symbol not found"; return 0;
-  case 600: *S = "device not ready"; return 0;
-  case 700: *S = "an illegal memory access was encountered"; return 0;
-  case 715: *S = "an illegal instruction was encountered"; return 0;
-  case 801: *S = "operation not supported"; return 0;
-  default: *S = nullptr; return 1;
-  }
+  const ErrorText *E = errorText(R);
+  *S = E ? E->Text : nullptr;
+  return E ? 0 : 1;
 }
 
 CUresult cuInit(unsigned) {
