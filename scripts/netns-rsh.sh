@@ -12,6 +12,13 @@
 # sometimes crashes writing hwloc's topology into a shared segment
 # (hwloc_shmem_topology_write): the daemon runs with rtc_hwloc_vmhole none,
 # which does without it.
+# Each host keeps its Open MPI session directory apart: the namespaces
+# share this machine's name and file system, so daemons of different hosts
+# would share TMPDIR/ompi.NAME.UID/jf.N, and one that ends removes what
+# another is creating ("A call to mkdir was unable to create the desired
+# directory"). The daemon, and the ranks it starts, get TMPDIR/netns-rsh.HOST
+# (TMPDIR: /tmp when unset); give mpirun a TMPDIR of its own to have that go
+# with it.
 # Root only, as netns.sh. A host that is not an existing namespace is one
 # line and exit 1.
 set -euo pipefail
@@ -22,5 +29,7 @@ shift
   echo "netns-rsh.sh: error: '$ns' is not a network namespace here" >&2
   exit 1
 }
+tmp=${TMPDIR:-/tmp}/netns-rsh.$ns
+mkdir -p "$tmp" || { echo "netns-rsh.sh: error: cannot make the session directory $tmp" >&2; exit 1; }
 # As ssh does: the command line is a string for a shell on the "host".
-exec ip netns exec "$ns" env OMPI_MCA_rtc_hwloc_vmhole=none /bin/sh -c "$*"
+exec ip netns exec "$ns" env TMPDIR="$tmp" OMPI_MCA_rtc_hwloc_vmhole=none /bin/sh -c "$*"
